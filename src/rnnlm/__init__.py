@@ -1,0 +1,1 @@
+"""rnnlm: recurrent language models written by hand in PyTorch, trained and measured by DVC."""

@@ -1,0 +1,241 @@
+"""Load params.yaml into frozen dataclasses, refusing anything that is not exactly right.
+
+In:  a path to params.yaml (or an already parsed mapping).
+Out: a `Params` tree. Every unknown key, missing key, wrong type or impossible value raises
+`ParamsError` with one line naming the key path and what was expected, for example
+`models.astra_beta.lr: expected a positive number, got -0.1`; stages turn it into exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, get_type_hints
+
+import yaml
+
+from rnnlm.errors import ParamsError
+
+# ---------------------------------------------------------------------------------------------
+# Field specifications: the Python type a value must have, a predicate, and the words for it.
+
+
+def _spec(kind: type, expected: str, ok: Callable[[Any], bool] = lambda value: True) -> Any:
+    return field(metadata={"kind": kind, "expected": expected, "ok": ok})
+
+
+def positive_int() -> Any:
+    return _spec(int, "a positive integer", lambda v: v > 0)
+
+
+def non_negative_int() -> Any:
+    return _spec(int, "a non-negative integer", lambda v: v >= 0)
+
+
+def positive_float() -> Any:
+    return _spec(float, "a positive number", lambda v: v > 0)
+
+
+def non_negative_float() -> Any:
+    return _spec(float, "a non-negative number", lambda v: v >= 0)
+
+
+def open_fraction() -> Any:
+    return _spec(float, "a number strictly between 0 and 1", lambda v: 0 < v < 1)
+
+
+def probability_below_one() -> Any:
+    return _spec(float, "a number in [0, 1)", lambda v: 0 <= v < 1)
+
+
+def choice(*options: str) -> Any:
+    words = ", ".join(repr(o) for o in options)
+    return _spec(str, f"one of {words}", lambda v: v in options)
+
+
+def text(expected: str = "a non-empty string", ok: Callable[[Any], bool] = bool) -> Any:
+    return _spec(str, expected, ok)
+
+
+def flag() -> Any:
+    return _spec(bool, "true or false")
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema. Field order here is the order users see in error messages.
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """Where the corpus comes from and how it is split."""
+
+    url: str = text("an https:// URL, a file:// URL or a path")
+    sha256: str = text(
+        "64 lowercase hex digits", lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None
+    )
+    train_fraction: float = open_fraction()
+
+
+@dataclass(frozen=True)
+class TokenizerParams:
+    """SentencePiece settings for the subword (Scribe) models."""
+
+    vocab_size: int = _spec(int, "an integer of at least 16", lambda v: v >= 16)
+    model_type: str = choice("unigram", "bpe")
+    character_coverage: float = _spec(float, "a number in (0, 1]", lambda v: 0 < v <= 1)
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Training settings shared by every model."""
+
+    batch_size: int = positive_int()
+    seq_len: int = _spec(int, "an integer of at least 2", lambda v: v >= 2)
+    weight_decay: float = non_negative_float()
+    grad_clip: float = positive_float()
+    device: str = choice("auto", "cpu", "cuda")
+    steps_scale: float = positive_float()
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """One entry of `models:`: architecture and its own optimisation schedule."""
+
+    tokens: str = choice("char", "sentencepiece")
+    cell: str = choice("gru", "lstm", "rnn")
+    embd: int = positive_int()
+    hidden: int = positive_int()
+    layers: int = positive_int()
+    dropout: float = probability_below_one()
+    dropout_mode: str = choice("state", "between")
+    layer_norm: bool = flag()
+    epochs: int = positive_int()
+    steps_per_epoch: int = positive_int()
+    lr: float = positive_float()
+
+
+@dataclass(frozen=True)
+class Params:
+    """The whole of params.yaml. `selected` is the entry that `model:` names."""
+
+    model: str = text("the name of an entry under models:")
+    seed: int = non_negative_int()
+    data: DataParams
+    tokenizer: TokenizerParams
+    train: TrainParams
+    models: Mapping[str, ModelParams]
+
+    @property
+    def selected(self) -> ModelParams:
+        return self.models[self.model]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `3e-3` as a float as YAML 1.2 (and so DVC) does."""
+
+
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _describe(value: Any) -> str:
+    return "nothing" if value is None else repr(value)
+
+
+def _check_value(path: str, value: Any, meta: Mapping[str, Any]) -> Any:
+    kind, expected, ok = meta["kind"], meta["expected"], meta["ok"]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    type_ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not type_ok or not ok(value):
+        raise ParamsError(f"{path}: expected {expected}, got {_describe(value)}")
+    return value
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    """Build dataclass `cls` from mapping `raw`, checking keys and values; `path` prefixes errors."""
+    where = f"{path}: " if path else ""
+    if not isinstance(raw, Mapping):
+        raise ParamsError(f"{where or 'params: '}expected a mapping of keys, got {_describe(raw)}")
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    for key in raw:
+        if key not in names:
+            raise ParamsError(
+                f"{path + '.' if path else ''}{key}: unknown key; expected one of {', '.join(names)}"
+            )
+    hints = get_type_hints(cls)
+    values = {}
+    for f in fields:
+        sub = f"{path}.{f.name}" if path else f.name
+        if f.name not in raw:
+            expected = f.metadata.get("expected", "a mapping")
+            raise ParamsError(f"{sub}: missing; expected {expected}")
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            values[f.name] = _build(hint, raw[f.name], sub)
+        elif f.name == "models":
+            values[f.name] = _build_models(raw[f.name], sub)
+        else:
+            values[f.name] = _check_value(sub, raw[f.name], f.metadata)
+    return cls(**values)
+
+
+def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
+    if not isinstance(raw, Mapping) or not raw:
+        raise ParamsError(f"{path}: expected a non-empty mapping of model names, got {_describe(raw)}")
+    return MappingProxyType({str(name): _build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()})
+
+
+def parse_params(raw: Any) -> Params:
+    """Validate an already parsed params mapping into `Params`."""
+    params = _build(Params, raw, "")
+    select_model(params, params.model)
+    return params
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate params.yaml at `path`."""
+    path = Path(path)
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Loader)
+    except FileNotFoundError as error:
+        raise ParamsError(f"{path}: no such file; expected params.yaml at the repository root") from error
+    except yaml.YAMLError as error:
+        first = str(error).splitlines()[0]
+        raise ParamsError(f"{path}: not valid YAML ({first})") from error
+    return parse_params(raw)
+
+
+def select_model(params: Params, name: str) -> ModelParams:
+    """The entry `name` of `models:` (the argv of a stage), or a ParamsError listing the valid ones."""
+    if name not in params.models:
+        raise ParamsError(f"model: {name!r} is not under models:; expected one of {', '.join(params.models)}")
+    return params.models[name]
+
+
+def as_dict(params: Any) -> Any:
+    """A plain-dict copy of a params tree (for checkpoints and reports)."""
+    if dataclasses.is_dataclass(params):
+        return {f.name: as_dict(getattr(params, f.name)) for f in dataclasses.fields(params)}
+    if isinstance(params, Mapping):
+        return {k: as_dict(v) for k, v in params.items()}
+    return params

@@ -1,0 +1,26 @@
+"""DVC stage `prepare`: split the corpus and list its characters.
+
+Usage: python stages/prepare.py CORPUS_FILE OUT_DIR
+Writes OUT_DIR/train.txt and OUT_DIR/val.txt (the first `data.train_fraction` of the characters and
+the rest) and OUT_DIR/vocab.json (the sorted characters of the whole corpus, and the counts).
+"""
+
+import sys
+
+from rnnlm.corpus import character_vocabulary, read_corpus, split_corpus, write_prepared
+from rnnlm.errors import run_main
+from rnnlm.params import load_params
+
+
+def main() -> None:
+    corpus_file, out_dir = sys.argv[1:]
+    params = load_params()
+    text = read_corpus(corpus_file)
+    split = split_corpus(text, params.data.train_fraction)
+    vocabulary = character_vocabulary(text)
+    write_prepared(split, vocabulary, out_dir)
+    print(f"train {len(split.train):,} chars, validation {len(split.val):,} chars, {len(vocabulary)} symbols")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,92 @@
+"""Shared fixtures: a small synthetic play, a valid params mapping, and a scratch DVC repository."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_WORDS = (
+    "the and my lord thou art not of to be heart love king good sweet night day come go "
+    "speak hear what shall will with death life blood crown fair honour noble grace"
+).split()
+_SPEAKERS = ["ROMEO", "JULIET", "KING RICHARD", "FIRST CITIZEN", "MENENIUS", "QUEEN"]
+
+
+def synthetic_play(n_chars: int, seed: int = 0) -> str:
+    """A deterministic Shakespeare-shaped text: speaker labels, short lines, blank lines."""
+    rng = random.Random(seed)
+    parts: list[str] = []
+    size = 0
+    while size < n_chars:
+        speech = [f"{rng.choice(_SPEAKERS)}:"]
+        for _ in range(rng.randint(1, 4)):
+            words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 9))]
+            words[0] = words[0].capitalize()
+            speech.append(" ".join(words) + rng.choice([",", ".", "!", "?", ";"]))
+        block = "\n".join(speech) + "\n\n"
+        parts.append(block)
+        size += len(block)
+    return "".join(parts)[:n_chars]
+
+
+@pytest.fixture
+def play_text() -> str:
+    return synthetic_play(20_000)
+
+
+@pytest.fixture
+def raw_params() -> dict:
+    """The repository's params.yaml as a fresh mutable mapping."""
+    return copy.deepcopy(yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8")))
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `cmd` in `cwd`, capturing text output; raise with the output when `check` fails."""
+    full_env = {k: v for k, v in os.environ.items() if k != _MIRROR}  # tests never use a mirror by accident
+    full_env.update({"DVC_NO_ANALYTICS": "1", **(env or {})})
+    done = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{cmd} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+    return done
+
+
+_MIRROR = "RNNLM_CORPUS_MIRROR"
+
+
+def make_dvc_repo(root: Path, corpus: str, params_update) -> Path:
+    """A git+DVC repository in `root` with this project's pipeline, the given corpus as its source
+    (a file:// URL with its own sha256), and params edited by `params_update(params)`."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("dvc.yaml", ".gitignore"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    shutil.copytree(REPO_ROOT / "stages", root / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    source = root.parent / f"{root.name}-corpus.txt"
+    source.write_bytes(corpus.encode("utf-8"))
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["data"]["url"] = source.as_uri()
+    params["data"]["sha256"] = sha256_of(corpus.encode("utf-8"))
+    params_update(params)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    run(["git", "init", "-q"], root)
+    run(["git", "config", "user.email", "test@example.invalid"], root)
+    run(["git", "config", "user.name", "test"], root)
+    run(["dvc", "init", "-q"], root)
+    run(["dvc", "config", "core.analytics", "false"], root)
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "pipeline"], root)
+    return root

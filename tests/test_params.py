@@ -1,0 +1,141 @@
+"""params.yaml loads into frozen dataclasses, and every kind of mistake stops with one clear line."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from rnnlm.errors import ParamsError
+from rnnlm.params import load_params, parse_params
+from tests.conftest import REPO_ROOT
+
+STUDY = {  # name: (tokens, cell, embd, hidden, layers, dropout, epochs, lr), as design.md pins them
+    "astra_alpha": ("char", "gru", 64, 128, 1, 0.1, 10, 3e-3),
+    "astra_beta": ("char", "gru", 128, 256, 2, 0.1, 15, 2e-3),
+    "astra_gamma": ("char", "gru", 256, 512, 3, 0.1, 20, 1e-3),
+    "scribe_alpha": ("sentencepiece", "gru", 128, 256, 2, 0.1, 10, 2e-3),
+    "scribe_beta": ("sentencepiece", "gru", 256, 512, 3, 0.1, 15, 1.5e-3),
+    "scribe_gamma": ("sentencepiece", "gru", 384, 768, 4, 0.15, 20, 1e-3),
+    "leviathan": ("char", "lstm", 768, 1024, 3, 0.2, 6, 1e-3),
+}
+
+
+def test_repository_params_pin_the_study():
+    params = load_params(REPO_ROOT / "params.yaml")
+    assert params.model == "astra_alpha"
+    for name, (tokens, cell, embd, hidden, layers, dropout, epochs, lr) in STUDY.items():
+        m = params.models[name]
+        assert (m.tokens, m.cell, m.embd, m.hidden, m.layers, m.dropout, m.epochs, m.lr) == (
+            tokens, cell, embd, hidden, layers, dropout, epochs, lr), name
+    assert params.models["leviathan"].layer_norm is True
+    assert [params.models[n].steps_per_epoch for n in ("astra_alpha", "astra_beta", "astra_gamma")] == [200, 250, 400]
+    t = params.train
+    assert (t.batch_size, t.seq_len, t.weight_decay, t.grad_clip, t.device) == (64, 128, 0.01, 1.0, "auto")
+    assert params.tokenizer.vocab_size == 1000
+    assert params.data.train_fraction == 0.9
+
+
+def test_params_are_frozen(raw_params):
+    params = parse_params(raw_params)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.selected.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        params.models["astra_alpha"] = params.selected  # type: ignore[index]
+
+
+def test_yaml_1_2_floats_without_a_dot(tmp_path, raw_params):
+    text = yaml.safe_dump(raw_params, sort_keys=False).replace("lr: 0.003", "lr: 3e-3", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    assert load_params(tmp_path / "params.yaml").models["astra_alpha"].lr == 3e-3
+
+
+def _set(raw: dict, path: str, value) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        raw = raw[key]
+    raw[last] = value
+
+
+def _delete(raw: dict, path: str) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        raw = raw[key]
+    del raw[last]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("model", "astra_delta", "model: 'astra_delta' is not under models:; expected one of astra_alpha, astra_beta"),
+        ("models.astra_beta.lr", -0.1, "models.astra_beta.lr: expected a positive number, got -0.1"),
+        ("models.astra_beta.lr", "fast", "models.astra_beta.lr: expected a positive number, got 'fast'"),
+        ("models.astra_alpha.hidden", 0, "models.astra_alpha.hidden: expected a positive integer, got 0"),
+        ("models.astra_alpha.hidden", 12.5, "models.astra_alpha.hidden: expected a positive integer, got 12.5"),
+        ("models.astra_alpha.layers", True, "models.astra_alpha.layers: expected a positive integer, got True"),
+        ("models.astra_alpha.epochs", -3, "models.astra_alpha.epochs: expected a positive integer, got -3"),
+        ("models.astra_alpha.steps_per_epoch", 0, "models.astra_alpha.steps_per_epoch: expected a positive integer, got 0"),
+        ("models.astra_alpha.dropout", 1.0, "models.astra_alpha.dropout: expected a number in [0, 1), got 1.0"),
+        ("models.astra_alpha.dropout", -0.1, "models.astra_alpha.dropout: expected a number in [0, 1), got -0.1"),
+        ("models.astra_alpha.cell", "transformer", "models.astra_alpha.cell: expected one of 'gru', 'lstm', 'rnn', got 'transformer'"),
+        ("models.astra_alpha.layer_norm", "yes", "models.astra_alpha.layer_norm: expected true or false, got 'yes'"),
+        ("train.seq_len", 1, "train.seq_len: expected an integer of at least 2, got 1"),
+        ("train.batch_size", 0, "train.batch_size: expected a positive integer, got 0"),
+        ("train.steps_scale", 0, "train.steps_scale: expected a positive number, got 0.0"),
+        ("train.device", "tpu", "train.device: expected one of 'auto', 'cpu', 'cuda', got 'tpu'"),
+        ("train.weight_decay", -1, "train.weight_decay: expected a non-negative number, got -1.0"),
+        ("seed", -1, "seed: expected a non-negative integer, got -1"),
+        ("data.sha256", "abc", "data.sha256: expected 64 lowercase hex digits, got 'abc'"),
+        ("data.train_fraction", 1.0, "data.train_fraction: expected a number strictly between 0 and 1, got 1.0"),
+        ("tokenizer.vocab_size", 4, "tokenizer.vocab_size: expected an integer of at least 16, got 4"),
+        ("models.astra_alpha.bogus", 3, "models.astra_alpha.bogus: unknown key; expected one of tokens, cell, embd"),
+        ("train.lr", 3, "train.lr: unknown key; expected one of batch_size, seq_len"),
+        ("extra", 1, "extra: unknown key; expected one of model, seed, data"),
+        ("train", [1, 2], "train: expected a mapping of keys, got [1, 2]"),
+        ("models", {}, "models: expected a non-empty mapping of model names, got {}"),
+    ],
+)
+def test_invalid_values_name_the_key(raw_params, path, value, message):
+    _set(raw_params, path, value)
+    with pytest.raises(ParamsError) as caught:
+        parse_params(raw_params)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("models.scribe_beta.lr", "models.scribe_beta.lr: missing; expected a positive number"),
+        ("train.grad_clip", "train.grad_clip: missing; expected a positive number"),
+        ("tokenizer", "tokenizer: missing; expected a mapping"),
+        ("seed", "seed: missing; expected a non-negative integer"),
+    ],
+)
+def test_missing_keys_name_the_key(raw_params, path, message):
+    _delete(raw_params, path)
+    with pytest.raises(ParamsError, match="^" + message.replace("(", r"\(")):
+        parse_params(raw_params)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(ParamsError, match="no such file"):
+        load_params(tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_a_stage_exits_2_with_one_line(tmp_path, raw_params):
+    raw_params["models"]["astra_beta"]["lr"] = -0.1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw_params))
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "stages" / "prepare.py"), "corpus.txt", "out"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "error: models.astra_beta.lr: expected a positive number, got -0.1\n"
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,120 @@
+"""Save and load checkpoints: plain dicts of tensors and primitives, loaded with weights_only=True.
+
+A checkpoint holds the weights, the model config, the model's name, the tokenizer's identity, the
+params it was trained with, the step and epoch, and the optimizer state. Never a pickled module.
+Loading checks that the file is an rnnlm checkpoint, and (when asked) that it was trained with the
+given tokenizer and is the given model; each failure is one clear `CheckpointError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rnnlm.atomic import atomic_path
+from rnnlm.errors import RnnlmError
+from rnnlm.model import ModelConfig, RecurrentLM
+
+FORMAT = "rnnlm-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(RnnlmError):
+    """A checkpoint that is missing, unreadable, foreign, or does not fit what it is loaded for."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The contents of a checkpoint file."""
+
+    model_name: str
+    model_config: ModelConfig
+    model_state: dict[str, torch.Tensor]
+    tokenizer: dict[str, Any]
+    params: dict[str, Any]
+    step: int
+    epoch: int
+    optimizer_state: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def build_model(self, device: str | torch.device = "cpu") -> RecurrentLM:
+        """A model with this checkpoint's architecture and weights, in eval mode, on `device`."""
+        model = RecurrentLM(self.model_config)
+        try:
+            model.load_state_dict(self.model_state)
+        except RuntimeError as error:
+            first = str(error).splitlines()[0]
+            raise CheckpointError(f"weights do not fit the recorded model config: {first}") from error
+        return model.to(device).eval()
+
+
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
+    """Write `checkpoint` to `path` atomically."""
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model_name": checkpoint.model_name,
+        "model_config": checkpoint.model_config.to_dict(),
+        "model_state": checkpoint.model_state,
+        "tokenizer": dict(checkpoint.tokenizer),
+        "params": checkpoint.params,
+        "step": checkpoint.step,
+        "epoch": checkpoint.epoch,
+        "optimizer_state": checkpoint.optimizer_state,
+        "extra": checkpoint.extra,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    tokenizer: dict[str, Any] | None = None,
+    model_name: str | None = None,
+    map_location: str | torch.device = "cpu",
+) -> Checkpoint:
+    """Read the checkpoint at `path` (weights_only=True); check tokenizer identity and model name if given."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        raw = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch.load fails on foreign bytes with many exception types
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or foreign file: {reason})") from error
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (no '{FORMAT}' marker)")
+    if raw.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {raw.get('version')!r}; this code reads version {VERSION}")
+    try:
+        checkpoint = Checkpoint(
+            model_name=raw["model_name"],
+            model_config=ModelConfig.from_dict(raw["model_config"]),
+            model_state=raw["model_state"],
+            tokenizer=raw["tokenizer"],
+            params=raw["params"],
+            step=raw["step"],
+            epoch=raw["epoch"],
+            optimizer_state=raw["optimizer_state"],
+            extra=raw["extra"],
+        )
+    except (KeyError, RnnlmError) as error:
+        raise CheckpointError(f"{path}: incomplete checkpoint ({error})") from error
+    if model_name is not None and checkpoint.model_name != model_name:
+        raise CheckpointError(
+            f"{path}: a checkpoint of model {checkpoint.model_name!r}, expected {model_name!r}"
+        )
+    if tokenizer is not None and dict(checkpoint.tokenizer) != dict(tokenizer):
+        raise CheckpointError(
+            f"{path}: trained with tokenizer {_describe(checkpoint.tokenizer)}, "
+            f"but the tokenizer at hand is {_describe(tokenizer)}"
+        )
+    return checkpoint
+
+
+def _describe(identity: dict[str, Any]) -> str:
+    return f"{identity.get('kind')}/{identity.get('vocab_size')}/sha256:{str(identity.get('sha256'))[:12]}"

@@ -1,0 +1,95 @@
+"""Checkpoints round-trip exactly and refuse what they are not."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from rnnlm.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from rnnlm.model import ModelConfig, RecurrentLM
+
+CONFIG = ModelConfig("lstm", vocab_size=13, embd=6, hidden=8, layers=2, dropout=0.1, layer_norm=True)
+TOKENIZER = {"kind": "char", "vocab_size": 13, "sha256": "ab" * 32}
+
+
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    model = RecurrentLM(CONFIG)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 13, (2, 5))
+    model(tokens)[0].sum().backward()
+    optimizer.step()
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, Checkpoint(
+        model_name="tiny", model_config=CONFIG, model_state=model.state_dict(), tokenizer=TOKENIZER,
+        params={"lr": 1e-3}, step=7, epoch=1, optimizer_state=optimizer.state_dict()))
+    return path, model.eval(), optimizer
+
+
+def test_round_trip_gives_identical_logits(saved):
+    path, model, optimizer = saved
+    loaded = load_checkpoint(path, tokenizer=TOKENIZER, model_name="tiny")
+    tokens = torch.randint(0, 13, (3, 9))
+    with torch.no_grad():
+        assert torch.equal(loaded.build_model()(tokens)[0], model(tokens)[0])
+    assert (loaded.step, loaded.epoch, loaded.params, loaded.model_config) == (7, 1, {"lr": 1e-3}, CONFIG)
+    restored = torch.optim.AdamW(loaded.build_model().parameters(), lr=1e-3)
+    restored.load_state_dict(loaded.optimizer_state)
+    assert restored.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
+    assert [p.name for p in path.parent.iterdir()] == ["model.pt"]  # no temporary file left
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+        load_checkpoint(tmp_path / "absent.pt")
+
+
+def test_truncated_file(saved):
+    path = saved[0]
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(path)
+
+
+def test_text_file(tmp_path):
+    (tmp_path / "notes.pt").write_text("hello")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "notes.pt")
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_pickled_module_is_refused_not_executed(tmp_path):
+    torch.save(RecurrentLM(CONFIG), tmp_path / "module.pt")  # the thing we never do
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "module.pt")
+    (tmp_path / "plain.pkl").write_bytes(pickle.dumps({"format": "rnnlm-checkpoint"}))
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "plain.pkl")
+
+
+def test_foreign_torch_file(tmp_path):
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not an rnnlm checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+def test_other_tokenizer(saved):
+    other = {**TOKENIZER, "sha256": "cd" * 32}
+    with pytest.raises(CheckpointError, match="trained with tokenizer char/13/sha256:abababababab, but the tokenizer at hand is char/13/sha256:cdcdcdcdcdcd"):
+        load_checkpoint(saved[0], tokenizer=other)
+
+
+def test_other_model(saved):
+    with pytest.raises(CheckpointError, match="a checkpoint of model 'tiny', expected 'astra_beta'"):
+        load_checkpoint(saved[0], model_name="astra_beta")
+
+
+def test_weights_that_do_not_fit_the_config(saved, tmp_path):
+    checkpoint = load_checkpoint(saved[0])
+    wrong = Checkpoint(**{**checkpoint.__dict__, "model_config": ModelConfig("gru", 13, 6, 8, 2)})
+    save_checkpoint(tmp_path / "wrong.pt", wrong)
+    with pytest.raises(CheckpointError, match="weights do not fit the recorded model config"):
+        load_checkpoint(tmp_path / "wrong.pt").build_model()

@@ -1,0 +1,141 @@
+"""The language model: exact sizes, one interface, stateful use equal to one full forward."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from rnnlm.model import ModelConfig, RecurrentLM, build_model, count_parameters, summary
+from rnnlm.params import load_params
+from tests.conftest import REPO_ROOT
+
+PARAMS = load_params(REPO_ROOT / "params.yaml")
+EXACT_COUNTS = {
+    "astra_alpha": 86_913,
+    "astra_beta": 715_713,
+    "astra_gamma": 4_383_041,
+    "scribe_alpha": 1_075_688,
+    "scribe_beta": 5_102_056,
+    "scribe_gamma": 14_439_400,
+    "leviathan": 24_248_129,
+    "rnn_alpha": 37_249,  # not in the study: Astra-alpha's sizes with the tanh cell
+}
+
+
+def _vocab(name: str) -> int:
+    return 1000 if PARAMS.models[name].tokens == "sentencepiece" else 65
+
+
+@pytest.mark.parametrize(("name", "count"), EXACT_COUNTS.items())
+def test_parameter_counts_are_exact(name, count):
+    assert count_parameters(build_model(PARAMS.models[name], _vocab(name))) == count
+
+
+def test_no_pytorch_recurrent_modules_anywhere():
+    forbidden = (nn.RNNBase, nn.GRUCell, nn.LSTMCell, nn.RNNCell)  # RNNBase covers RNN, GRU, LSTM
+    for name in EXACT_COUNTS:
+        model = build_model(PARAMS.models[name], _vocab(name))
+        assert not [m for m in model.modules() if isinstance(m, forbidden)], name
+    pattern = re.compile(r"nn\.(GRU|GRUCell|LSTM|LSTMCell|RNN|RNNCell)\b")
+    offenders = [p for p in (REPO_ROOT / "src").rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
+
+
+CONFIGS = [
+    ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=2),
+    ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=3, dropout=0.2, dropout_mode="between"),
+    ModelConfig("lstm", vocab_size=11, embd=6, hidden=8, layers=2, layer_norm=True),
+    ModelConfig("rnn", vocab_size=11, embd=5, hidden=7, layers=1),
+]
+
+
+def _model(config: ModelConfig) -> RecurrentLM:
+    torch.manual_seed(0)
+    return RecurrentLM(config).double().eval()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
+def test_stateful_incremental_equals_one_full_forward(config):
+    model = _model(config)
+    tokens = torch.randint(0, config.vocab_size, (3, 20))
+    with torch.no_grad():
+        full, full_state = model(tokens)
+        prompt = 6
+        pieces, state = [], None
+        logits, state = model(tokens[:, :prompt], state)  # the prompt at once
+        pieces.append(logits)
+        for t in range(prompt, tokens.shape[1]):  # then one token at a time
+            logits, state = model(tokens[:, t : t + 1], state)
+            pieces.append(logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-12, atol=1e-12)
+    for a, b in zip(state, full_state):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
+def test_stateless_step_sees_only_its_token(config):
+    model = _model(config)
+    tokens = torch.randint(0, config.vocab_size, (2, 9))
+    with torch.no_grad():
+        stateless, _ = model(tokens[:, -1:], None)
+        alone, _ = model(tokens[:, -1:].clone())
+        with_context, _ = model(tokens)
+    torch.testing.assert_close(stateless, alone, rtol=0, atol=0)
+    # the carried state does change the prediction at that position
+    assert not torch.allclose(stateless[:, 0], with_context[:, -1])
+
+
+def test_zero_state_equals_none():
+    config = CONFIGS[2]
+    model = _model(config)
+    tokens = torch.randint(0, config.vocab_size, (2, 5))
+    zeros = tuple((torch.zeros(2, 8, dtype=torch.float64),) * 2 for _ in range(config.layers))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens, zeros)[0], model(tokens)[0])
+
+
+def test_training_mode_drops_and_eval_does_not():
+    model = _model(ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=2, dropout=0.5))
+    tokens = torch.randint(0, 11, (2, 10))
+    with torch.no_grad():
+        a, b = model(tokens)[0], model(tokens)[0]
+        model.train()
+        c, d = model(tokens)[0], model(tokens)[0]
+    torch.testing.assert_close(a, b)
+    assert not torch.allclose(c, d)
+
+
+def test_state_of_the_wrong_depth_is_refused():
+    model = _model(CONFIGS[0])
+    with pytest.raises(ValueError, match="state has 1 layers, the model 2"):
+        model(torch.zeros(1, 2, dtype=torch.long), (torch.zeros(1, 8),))
+
+
+def test_summary_lists_parameters_and_total():
+    text = summary(build_model(PARAMS.models["astra_alpha"], 65), "astra_alpha")
+    assert "total parameters: 86,913" in text
+    assert "size: 0.33 MB as float32" in text
+    assert "layers.0.cell.bias_rz" in text and "Embedding -> GRULayer -> Linear" in text
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rnnlm.model", *args, "--prepared", "/nonexistent"],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+
+
+def test_summary_command():
+    done = _cli("leviathan")
+    assert done.returncode == 0, done.stderr
+    assert "total parameters: 24,248,129" in done.stdout and "LayerNorm" in done.stdout
+    assert "size: 92.50 MB as float32" in done.stdout
+
+
+def test_summary_command_unknown_model():
+    done = _cli("astra_delta")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: model: 'astra_delta' is not under models:; expected one of astra_alpha")

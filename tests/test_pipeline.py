@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+import torch
 
 from tests.conftest import make_dvc_repo, run, synthetic_play
 
@@ -32,7 +34,7 @@ def test_second_repro_does_nothing(data_repo):
     again = run(["dvc", "repro", "tokenizer"], data_repo)
     assert "Running stage" not in again.stdout
     assert "up to date" in again.stdout
-    assert "up to date" in run(["dvc", "status"], data_repo).stdout
+    assert "up to date" in run(["dvc", "status", "tokenizer"], data_repo).stdout
 
 
 def test_mirror_variable_feeds_the_download(tmp_path):
@@ -55,3 +57,84 @@ def test_bad_params_stop_dvc_repro_with_the_key(tmp_path):
     assert done.returncode != 0
     assert "error: data.train_fraction: expected a number strictly between 0 and 1, got 1.5" in done.stderr + done.stdout
     assert not (root / "data/prepared").exists()
+
+
+def _tiny_models(params: dict) -> None:
+    """Every model the tests train made tiny: seconds per run on a CPU."""
+    _small(params)
+    params["train"].update({"batch_size": 4, "seq_len": 16, "device": "cpu"})
+    for name in ("astra_alpha", "rnn_alpha", "scribe_alpha", "leviathan"):
+        params["models"][name].update({"embd": 8, "hidden": 12, "layers": 1, "epochs": 2, "steps_per_epoch": 3})
+
+
+def _select(root, name: str) -> None:
+    text = (root / "params.yaml").read_text()
+    (root / "params.yaml").write_text(re.sub(r"(?m)^model: .*$", f"model: {name}", text))
+
+
+def _metrics(root) -> dict:
+    return json.loads((root / "reports/train/metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def train_repo(tmp_path_factory):
+    root = make_dvc_repo(tmp_path_factory.mktemp("train") / "repo", synthetic_play(30_000), _tiny_models)
+    run(["dvc", "repro"], root)
+    return root
+
+
+def test_repro_trains_the_selected_model(train_repo):
+    metrics = _metrics(train_repo)
+    assert metrics["model"] == "astra_alpha" and metrics["steps"] == 6 and metrics["epochs"] == 2
+    assert metrics["device"] == "cpu"
+    steps = (train_repo / "reports/train/steps.tsv").read_text().splitlines()
+    assert steps[0].split("\t") == ["step", "epoch", "train_loss", "lr", "tokens_per_second"] and len(steps) == 7
+    epochs = (train_repo / "reports/train/epochs.tsv").read_text().splitlines()
+    assert epochs[0].split("\t")[:4] == ["step", "epoch", "train_loss", "val_loss"] and len(epochs) == 3
+    assert not list((train_repo / ".resume").glob("*.pt"))  # resume files removed on completion
+    assert "up to date" in run(["dvc", "status"], train_repo).stdout
+
+
+def test_switching_back_restores_from_the_run_cache(train_repo):
+    first = (train_repo / "models/model.pt").read_bytes()
+    first_metrics = _metrics(train_repo)
+    _select(train_repo, "rnn_alpha")
+    trained = run(["dvc", "repro"], train_repo)
+    assert "Running stage 'train'" in trained.stdout
+    assert _metrics(train_repo)["model"] == "rnn_alpha"
+    _select(train_repo, "astra_alpha")
+    restored = run(["dvc", "repro"], train_repo)
+    assert "Stage 'train' is cached - skipping run, checking out outputs" in restored.stdout
+    assert (train_repo / "models/model.pt").read_bytes() == first
+    assert _metrics(train_repo) == first_metrics
+
+
+def test_exp_run_selects_a_model_and_exp_show_lists_it(train_repo):
+    run(["git", "add", "-A"], train_repo)
+    run(["git", "commit", "-qm", "trained astra_alpha"], train_repo)
+    run(["dvc", "exp", "run", "-S", "model=scribe_alpha", "-S", "train.steps_scale=0.5"], train_repo)
+    assert _metrics(train_repo)["model"] == "scribe_alpha" and _metrics(train_repo)["steps"] == 4
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], train_repo).stdout)
+    experiments = [rev["data"] for record in shown for exp in (record.get("experiments") or []) for rev in exp["revs"]]
+    assert len(experiments) == 1
+    params = experiments[0]["params"]["params.yaml"]["data"]
+    metrics = experiments[0]["metrics"]["reports/train/metrics.json"]["data"]
+    assert (params["model"], params["train"]["steps_scale"]) == ("scribe_alpha", 0.5)
+    assert (metrics["model"], metrics["steps"]) == ("scribe_alpha", 4)
+    baseline = next(record for record in shown if record["rev"] != "workspace")["data"]
+    assert baseline["metrics"]["reports/train/metrics.json"]["data"]["model"] == "astra_alpha"
+
+
+def test_cuda_without_gpu_stops_the_stage(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+
+    def on_cuda(params):
+        _tiny_models(params)
+        params["train"]["device"] = "cuda"
+
+    root = make_dvc_repo(tmp_path / "repo", synthetic_play(30_000), on_cuda)
+    done = run(["dvc", "repro"], root, check=False)
+    assert done.returncode != 0
+    assert "error: train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'" in done.stderr + done.stdout
+    assert not (root / "models/model.pt").exists()

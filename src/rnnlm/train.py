@@ -1,0 +1,235 @@
+"""Train one model as the study does, repeatably, resumable after an interruption.
+
+In:  the validated params, the selected model's name, its tokenizer, and the train/validation texts.
+Out: a `Checkpoint` (weights, optimizer, config, tokenizer identity, params) and a `History` of
+per-step and per-epoch metrics.
+
+The study's recipe: AdamW (weight decay from params), CosineAnnealingLR stepped once per epoch with
+T_max = epochs, cross-entropy, gradient-norm clipping, random windows of the training split drawn
+by a seeded generator. Unlike the study, the validation loss is measured on the whole validation
+split (consecutive windows of the sequence length, each from a zero state) after every epoch.
+
+After each completed epoch the whole run state (weights, optimizer, scheduler, both random
+generators, the history) is written to a resume file; rerunning with the same params and inputs
+continues from there and ends bit-identical (on the CPU) to a run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm import tqdm
+
+from rnnlm.atomic import atomic_path
+from rnnlm.checkpoint import Checkpoint
+from rnnlm.errors import RnnlmError
+from rnnlm.evaluate import windowed_nll
+from rnnlm.model import build_model, config_from_params, count_parameters
+from rnnlm.params import Params, as_dict
+from rnnlm.tokenizers import Tokenizer
+
+
+class TrainingError(RnnlmError):
+    """Training cannot start or cannot go on (no such device, a non-finite loss)."""
+
+
+def resolve_device(setting: str) -> torch.device:
+    """`auto`: CUDA if a GPU is present, else the CPU; `cuda` without a GPU is an error."""
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'")
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(setting)
+
+
+def steps_per_epoch(steps: int, scale: float) -> int:
+    """The entry's steps per epoch times `train.steps_scale`, rounded, at least 1."""
+    return max(1, round(steps * scale))
+
+
+class WindowSampler:
+    """Random (inputs, targets) windows of a token sequence, from its own seeded generator."""
+
+    def __init__(self, tokens: Tensor, batch_size: int, seq_len: int, seed: int):
+        if tokens.numel() < seq_len + 1:
+            raise TrainingError(
+                f"the training split has {tokens.numel()} tokens; train.seq_len {seq_len} needs at least {seq_len + 1}"
+            )
+        self.tokens, self.batch_size, self.seq_len = tokens, batch_size, seq_len
+        self.generator = torch.Generator().manual_seed(seed)
+        self._offsets = torch.arange(seq_len + 1)
+
+    def next(self) -> tuple[Tensor, Tensor]:
+        """x, y (B, T): y is x shifted by one token."""
+        starts = torch.randint(self.tokens.numel() - self.seq_len, (self.batch_size,), generator=self.generator)
+        chunk = self.tokens[starts[:, None] + self._offsets]  # (B, T + 1)
+        return chunk[:, :-1], chunk[:, 1:]
+
+
+@dataclass
+class History:
+    """What a run measured: one row per optimizer step, one per epoch."""
+
+    steps: list[dict[str, float]] = field(default_factory=list)
+    epochs: list[dict[str, float]] = field(default_factory=list)
+
+
+def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: Tensor, val_ids: Tensor) -> str:
+    """A hash of everything that determines the run, so a resume file from another run is ignored."""
+    digest = hashlib.sha256()
+    settings = {"model": name, "entry": as_dict(params.models[name]), "train": as_dict(params.train),
+                "seed": params.seed, "tokenizer": tokenizer.identity}
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    digest.update(train_ids.numpy().tobytes())
+    digest.update(val_ids.numpy().tobytes())
+    return digest.hexdigest()
+
+
+class ResumeStore:
+    """The resume file of one model's run, in a folder that neither git nor DVC tracks."""
+
+    def __init__(self, folder: Path | None, name: str, fingerprint: str):
+        self.path = None if folder is None else Path(folder) / f"{name}.pt"
+        self.fingerprint = fingerprint
+
+    def load(self) -> dict[str, Any] | None:
+        if self.path is None or not self.path.is_file():
+            return None
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception:  # a file cut short by the interruption itself: start over
+            print(f"note: ignoring unreadable resume file {self.path}")
+            return None
+        if state.get("fingerprint") != self.fingerprint:
+            print(f"note: ignoring {self.path}: it is from other params or inputs")
+            return None
+        return state
+
+    def save(self, state: dict[str, Any]) -> None:
+        if self.path is not None:
+            with atomic_path(self.path) as tmp:
+                torch.save({**state, "fingerprint": self.fingerprint}, tmp)
+
+    def clear(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Checkpoint
+    history: History
+    device: str
+    parameters: int
+    seconds: float
+
+
+def train(
+    params: Params,
+    name: str,
+    tokenizer: Tokenizer,
+    train_text: str,
+    val_text: str,
+    resume_dir: Path | None = None,
+    on_epoch_end: Callable[[int], None] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train the entry `name` of `params.models`; see the module docstring for the recipe."""
+    entry, settings = params.models[name], params.train
+    device = resolve_device(settings.device)
+    train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
+    val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)
+    if val_ids.numel() < 2:
+        raise TrainingError("the validation split encodes to fewer than 2 tokens; expected a longer corpus")
+    n_steps = steps_per_epoch(entry.steps_per_epoch, settings.steps_scale)
+
+    torch.manual_seed(params.seed)  # weights and dropout masks
+    model = build_model(entry, tokenizer.vocab_size).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=entry.lr, weight_decay=settings.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
+    sampler = WindowSampler(train_ids, settings.batch_size, settings.seq_len, params.seed)
+    history, first_epoch, seconds = History(), 1, 0.0
+
+    store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids))
+    saved = store.load()
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        sampler.generator.set_state(saved["sampler_rng"])
+        torch.set_rng_state(saved["torch_rng"])
+        if device.type == "cuda" and "cuda_rng" in saved:
+            torch.cuda.set_rng_state(saved["cuda_rng"], device)
+        history = History(steps=saved["history_steps"], epochs=saved["history_epochs"])
+        first_epoch, seconds = saved["epoch"] + 1, saved["seconds"]
+        print(f"resuming {name} after epoch {saved['epoch']} from {store.path}")
+
+    tokens_per_step = settings.batch_size * settings.seq_len
+    for epoch in range(first_epoch, entry.epochs + 1):
+        model.train()
+        epoch_start, losses = time.perf_counter(), []
+        lr = optimizer.param_groups[0]["lr"]
+        bar = tqdm(range(n_steps), desc=f"{name} epoch {epoch}/{entry.epochs}", disable=not progress,
+                   leave=False, mininterval=1.0, dynamic_ncols=True)
+        for _ in bar:
+            step_start = time.perf_counter()
+            x, y = sampler.next()
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            logits, _ = model(x)  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+            loss_value = loss.item()
+            step = len(history.steps) + 1
+            if not math.isfinite(loss_value):
+                raise TrainingError(
+                    f"non-finite training loss ({loss_value}) at step {step} (epoch {epoch}); "
+                    f"the last completed epoch is kept in {store.path or 'no resume folder'}"
+                )
+            optimizer.step()
+            losses.append(loss_value)
+            rate = tokens_per_step / (time.perf_counter() - step_start)
+            history.steps.append({"step": step, "epoch": epoch, "train_loss": loss_value, "lr": lr,
+                                  "tokens_per_second": rate})
+            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{rate:,.0f}")
+        scheduler.step()
+        val = windowed_nll(model, val_ids, settings.seq_len)
+        epoch_seconds = time.perf_counter() - epoch_start
+        seconds += epoch_seconds
+        history.epochs.append({"step": len(history.steps), "epoch": epoch, "train_loss": statistics.fmean(losses),
+                               "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds})
+        print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
+              f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
+        store.save({
+            "epoch": epoch, "seconds": seconds, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "sampler_rng": sampler.generator.get_state(),
+            "torch_rng": torch.get_rng_state(), "history_steps": history.steps, "history_epochs": history.epochs,
+            **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
+        })
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+
+    checkpoint = Checkpoint(
+        model_name=name,
+        model_config=config_from_params(entry, tokenizer.vocab_size),
+        model_state={k: v.detach().cpu() for k, v in model.state_dict().items()},
+        tokenizer=tokenizer.identity,
+        params=as_dict(params),
+        step=len(history.steps),
+        epoch=entry.epochs,
+        optimizer_state=optimizer.state_dict(),
+    )
+    store.clear()
+    return TrainResult(checkpoint, history, device.type, count_parameters(model), seconds)

@@ -1,0 +1,34 @@
+"""DVC stage `train`: train the model that params.yaml's `model:` selects.
+
+Usage: python stages/train.py MODEL PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR
+Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv. RESUME_DIR keeps
+the state of the last completed epoch while the run is under way (not tracked by git or DVC).
+"""
+
+import sys
+from pathlib import Path
+
+from rnnlm.checkpoint import save_checkpoint
+from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.errors import run_main
+from rnnlm.params import load_params, select_model
+from rnnlm.tokenizers import load_tokenizer
+from rnnlm.train import train
+from rnnlm.train_report import write_training_report
+
+
+def main() -> None:
+    name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir = sys.argv[1:]
+    params = load_params()
+    entry = select_model(params, name)
+    tokenizer = load_tokenizer(entry.tokens, prepared, tokenizer_dir)
+    train_text = read_corpus(Path(prepared) / TRAIN_FILE)
+    val_text = read_corpus(Path(prepared) / VAL_FILE)
+    result = train(params, name, tokenizer, train_text, val_text, resume_dir=Path(resume_dir))
+    save_checkpoint(checkpoint, result.checkpoint)
+    write_training_report(report_dir, name, result)
+    print(f"wrote {checkpoint}: {name}, {result.parameters:,} parameters, {result.seconds:.0f}s on {result.device}")
+
+
+if __name__ == "__main__":
+    run_main(main)

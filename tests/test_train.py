@@ -1,0 +1,141 @@
+"""Training: the loss falls, seeded runs repeat, an interrupted run resumes to the same end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rnnlm import train as train_module
+from rnnlm.corpus import character_vocabulary, split_corpus
+from rnnlm.params import as_dict, parse_params
+from rnnlm.tokenizers import CharTokenizer
+from rnnlm.train import TrainingError, WindowSampler, resolve_device, steps_per_epoch, train
+from tests.conftest import synthetic_play
+
+TEXT = synthetic_play(12_000)
+SPLIT = split_corpus(TEXT, 0.9)
+TOKENIZER = CharTokenizer(character_vocabulary(TEXT))
+
+
+def tiny_params(raw_params: dict, **entry) -> object:
+    raw_params["models"]["astra_alpha"].update(
+        {"embd": 8, "hidden": 24, "layers": 1, "epochs": 3, "steps_per_epoch": 12, "lr": 1e-2, **entry})
+    raw_params["train"].update({"batch_size": 8, "seq_len": 24, "device": "cpu"})
+    return parse_params(raw_params)
+
+
+def _train(params, **kwargs):
+    return train(params, "astra_alpha", TOKENIZER, SPLIT.train, SPLIT.val, progress=False, **kwargs)
+
+
+def _losses(result):
+    return [r["train_loss"] for r in result.history.steps], [r["val_loss"] for r in result.history.epochs]
+
+
+def _same_weights(a, b) -> bool:
+    return all(torch.equal(a.checkpoint.model_state[k], b.checkpoint.model_state[k]) for k in a.checkpoint.model_state)
+
+
+def test_tiny_model_loss_falls(raw_params):
+    result = _train(tiny_params(raw_params))
+    steps, vals = _losses(result)
+    assert len(steps) == 36 and len(vals) == 3
+    assert sum(steps[-5:]) / 5 < steps[0] - 0.8  # from ~ln(vocab) to well below
+    assert vals[-1] < vals[0]
+    assert result.checkpoint.step == 36 and result.checkpoint.epoch == 3
+    assert result.checkpoint.tokenizer == TOKENIZER.identity
+    assert [r["lr"] for r in result.history.epochs] == pytest.approx([1e-2, 7.5e-3, 2.5e-3])  # cosine, per epoch
+
+
+def test_seeded_runs_are_identical(raw_params):
+    a = _train(tiny_params(raw_params, dropout=0.2))
+    b = _train(tiny_params(raw_params, dropout=0.2))
+    assert _losses(a) == _losses(b)
+    assert _same_weights(a, b)
+    raw_params["seed"] += 1
+    c = _train(tiny_params(raw_params, dropout=0.2))
+    assert _losses(c) != _losses(a)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_to_the_same_end(raw_params, tmp_path, capsys):
+    params = tiny_params(raw_params, dropout=0.2)
+    whole = _train(params)
+
+    def stop_after_first(epoch):
+        if epoch == 1:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        _train(params, resume_dir=tmp_path, on_epoch_end=stop_after_first)
+    assert (tmp_path / "astra_alpha.pt").is_file()
+    resumed = _train(params, resume_dir=tmp_path)
+    assert "resuming astra_alpha after epoch 1" in capsys.readouterr().out
+    assert _losses(resumed) == _losses(whole)
+    assert _same_weights(resumed, whole)
+    assert resumed.checkpoint.optimizer_state["state"][0]["step"] == whole.checkpoint.optimizer_state["state"][0]["step"]
+    assert not (tmp_path / "astra_alpha.pt").exists()  # removed once the run completes
+
+
+def test_resume_file_from_other_params_is_ignored(raw_params, tmp_path, capsys):
+    def stop(epoch):
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        _train(tiny_params(raw_params), resume_dir=tmp_path, on_epoch_end=stop)
+    raw_params["seed"] += 1
+    params = tiny_params(raw_params)
+    fresh = _train(params, resume_dir=tmp_path)
+    assert "it is from other params or inputs" in capsys.readouterr().out
+    assert _losses(fresh) == _losses(_train(params))
+
+
+def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp_path, monkeypatch):
+    real = train_module.F.cross_entropy
+    calls = []
+
+    def poisoned(*args, **kwargs):
+        loss = real(*args, **kwargs)
+        if kwargs.get("reduction", "mean") != "mean":  # validation sums; only training steps count
+            return loss
+        calls.append(1)
+        return loss * float("nan") if len(calls) == 15 else loss  # step 15 = epoch 2, step 3
+
+    monkeypatch.setattr(train_module.F, "cross_entropy", poisoned)
+    with pytest.raises(TrainingError, match=r"non-finite training loss \(nan\) at step 15 \(epoch 2\)"):
+        _train(tiny_params(raw_params), resume_dir=tmp_path)
+    kept = torch.load(tmp_path / "astra_alpha.pt", weights_only=True)
+    assert kept["epoch"] == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(TrainingError, match="train.device is 'cuda' but no CUDA GPU is available"):
+        resolve_device("cuda")
+    assert resolve_device("auto").type == "cpu"
+
+
+def test_steps_scale():
+    assert steps_per_epoch(200, 1.0) == 200
+    assert steps_per_epoch(200, 0.01) == 2
+    assert steps_per_epoch(200, 0.001) == 1
+
+
+def test_window_sampler_shapes_and_shift():
+    tokens = torch.arange(100)
+    x, y = WindowSampler(tokens, batch_size=5, seq_len=10, seed=0).next()
+    assert x.shape == y.shape == (5, 10)
+    assert torch.equal(y, x + 1)
+    assert int(y.max()) <= 99
+    with pytest.raises(TrainingError, match="needs at least 11"):
+        WindowSampler(torch.arange(10), batch_size=2, seq_len=10, seed=0)
+
+
+def test_params_round_trip_through_the_checkpoint(raw_params):
+    params = tiny_params(raw_params)
+    result = _train(params)
+    assert parse_params(result.checkpoint.params) == params
+    assert as_dict(params) == result.checkpoint.params

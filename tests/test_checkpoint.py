@@ -9,9 +9,10 @@ import torch
 
 from rnnlm.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.tokenizers import CharTokenizer
 
 CONFIG = ModelConfig("lstm", vocab_size=13, embd=6, hidden=8, layers=2, dropout=0.1, layer_norm=True)
-TOKENIZER = {"kind": "char", "vocab_size": 13, "sha256": "ab" * 32}
+TOKENIZER = CharTokenizer(list("abcdefghijklm"))
 
 
 @pytest.fixture
@@ -24,14 +25,15 @@ def saved(tmp_path):
     optimizer.step()
     path = tmp_path / "model.pt"
     save_checkpoint(path, Checkpoint(
-        model_name="tiny", model_config=CONFIG, model_state=model.state_dict(), tokenizer=TOKENIZER,
+        model_name="tiny", model_config=CONFIG, model_state=model.state_dict(), tokenizer_state=TOKENIZER.state(),
         params={"lr": 1e-3}, step=7, epoch=1, optimizer_state=optimizer.state_dict()))
     return path, model.eval(), optimizer
 
 
 def test_round_trip_gives_identical_logits(saved):
     path, model, optimizer = saved
-    loaded = load_checkpoint(path, tokenizer=TOKENIZER, model_name="tiny")
+    loaded = load_checkpoint(path, tokenizer=TOKENIZER.identity, model_name="tiny")
+    assert loaded.tokenizer().decode([0, 12]) == "am"
     tokens = torch.randint(0, 13, (3, 9))
     with torch.no_grad():
         assert torch.equal(loaded.build_model()(tokens)[0], model(tokens)[0])
@@ -77,8 +79,8 @@ def test_foreign_torch_file(tmp_path):
 
 
 def test_other_tokenizer(saved):
-    other = {**TOKENIZER, "sha256": "cd" * 32}
-    with pytest.raises(CheckpointError, match="trained with tokenizer char/13/sha256:abababababab, but the tokenizer at hand is char/13/sha256:cdcdcdcdcdcd"):
+    other = CharTokenizer(list("abcdefghijklz")).identity
+    with pytest.raises(CheckpointError, match=r"trained with tokenizer char/13/sha256:\w{12}, but the tokenizer at hand is char/13/sha256:\w{12}$"):
         load_checkpoint(saved[0], tokenizer=other)
 
 

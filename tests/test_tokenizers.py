@@ -10,6 +10,7 @@ from rnnlm.tokenizers import (
     SentencePieceTokenizer,
     TokenizerError,
     load_tokenizer,
+    tokenizer_from_state,
     train_sentencepiece,
     write_sentencepiece,
 )
@@ -80,3 +81,14 @@ def test_load_tokenizer_for_both_kinds(tmp_path, sp_model):
         load_tokenizer("sentencepiece", tmp_path / "prepared", tmp_path / "elsewhere")
     with pytest.raises(TokenizerError, match="not a SentencePiece model"):
         SentencePieceTokenizer(b"garbage")
+
+
+def test_state_rebuilds_the_same_tokenizer(sp_model, play_text):
+    for tok in (CharTokenizer(character_vocabulary(play_text)), SentencePieceTokenizer(sp_model)):
+        again = tokenizer_from_state(tok.state())
+        assert again.identity == tok.identity
+        assert again.encode(AWKWARD.replace("@", "")) == tok.encode(AWKWARD.replace("@", ""))
+    with pytest.raises(TokenizerError, match="unknown tokenizer kind 'bytes'"):
+        tokenizer_from_state({"kind": "bytes"})
+    with pytest.raises(TokenizerError, match="incomplete tokenizer state"):
+        tokenizer_from_state({"kind": "char"})

@@ -43,7 +43,7 @@ def test_tiny_model_loss_falls(raw_params):
     assert sum(steps[-5:]) / 5 < steps[0] - 0.8  # from ~ln(vocab) to well below
     assert vals[-1] < vals[0]
     assert result.checkpoint.step == 36 and result.checkpoint.epoch == 3
-    assert result.checkpoint.tokenizer == TOKENIZER.identity
+    assert result.checkpoint.tokenizer().identity == TOKENIZER.identity
     assert [r["lr"] for r in result.history.epochs] == pytest.approx([1e-2, 7.5e-3, 2.5e-3])  # cosine, per epoch
 
 

@@ -1,7 +1,8 @@
 """Save and load checkpoints: plain dicts of tensors and primitives, loaded with weights_only=True.
 
-A checkpoint holds the weights, the model config, the model's name, the tokenizer's identity, the
-params it was trained with, the step and epoch, and the optimizer state. Never a pickled module.
+A checkpoint holds the weights, the model config, the model's name, the tokenizer itself (its
+characters or its SentencePiece model, so a checkpoint is all that sampling needs), the params it
+was trained with, the step and epoch, and the optimizer state. Never a pickled module.
 Loading checks that the file is an rnnlm checkpoint, and (when asked) that it was trained with the
 given tokenizer and is the given model; each failure is one clear `CheckpointError`.
 """
@@ -17,6 +18,7 @@ import torch
 from rnnlm.atomic import atomic_path
 from rnnlm.errors import RnnlmError
 from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.tokenizers import Tokenizer, tokenizer_from_state
 
 FORMAT = "rnnlm-checkpoint"
 VERSION = 1
@@ -33,12 +35,16 @@ class Checkpoint:
     model_name: str
     model_config: ModelConfig
     model_state: dict[str, torch.Tensor]
-    tokenizer: dict[str, Any]
+    tokenizer_state: dict[str, Any]
     params: dict[str, Any]
     step: int
     epoch: int
     optimizer_state: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the model was trained with."""
+        return tokenizer_from_state(self.tokenizer_state)
 
     def build_model(self, device: str | torch.device = "cpu") -> RecurrentLM:
         """A model with this checkpoint's architecture and weights, in eval mode, on `device`."""
@@ -59,7 +65,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
         "model_name": checkpoint.model_name,
         "model_config": checkpoint.model_config.to_dict(),
         "model_state": checkpoint.model_state,
-        "tokenizer": dict(checkpoint.tokenizer),
+        "tokenizer_state": dict(checkpoint.tokenizer_state),
         "params": checkpoint.params,
         "step": checkpoint.step,
         "epoch": checkpoint.epoch,
@@ -77,7 +83,11 @@ def load_checkpoint(
     model_name: str | None = None,
     map_location: str | torch.device = "cpu",
 ) -> Checkpoint:
-    """Read the checkpoint at `path` (weights_only=True); check tokenizer identity and model name if given."""
+    """Read the checkpoint at `path` (weights_only=True).
+
+    `tokenizer`: an identity (`Tokenizer.identity`) the checkpoint's tokenizer must have.
+    `model_name`: the name of the model it must be a checkpoint of.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
@@ -95,7 +105,7 @@ def load_checkpoint(
             model_name=raw["model_name"],
             model_config=ModelConfig.from_dict(raw["model_config"]),
             model_state=raw["model_state"],
-            tokenizer=raw["tokenizer"],
+            tokenizer_state=raw["tokenizer_state"],
             params=raw["params"],
             step=raw["step"],
             epoch=raw["epoch"],
@@ -108,10 +118,13 @@ def load_checkpoint(
         raise CheckpointError(
             f"{path}: a checkpoint of model {checkpoint.model_name!r}, expected {model_name!r}"
         )
-    if tokenizer is not None and dict(checkpoint.tokenizer) != dict(tokenizer):
+    try:
+        recorded = checkpoint.tokenizer().identity
+    except RnnlmError as error:
+        raise CheckpointError(f"{path}: its tokenizer cannot be rebuilt ({error})") from error
+    if tokenizer is not None and recorded != dict(tokenizer):
         raise CheckpointError(
-            f"{path}: trained with tokenizer {_describe(checkpoint.tokenizer)}, "
-            f"but the tokenizer at hand is {_describe(tokenizer)}"
+            f"{path}: trained with tokenizer {_describe(recorded)}, but the tokenizer at hand is {_describe(tokenizer)}"
         )
     return checkpoint
 

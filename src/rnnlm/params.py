@@ -65,6 +65,13 @@ def flag() -> Any:
     return _spec(bool, "true or false")
 
 
+def text_list() -> Any:
+    """A non-empty list of non-empty strings, stored as a tuple."""
+    return _spec(
+        list, "a non-empty list of non-empty strings", lambda v: bool(v) and all(isinstance(s, str) and s for s in v)
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # The schema. Field order here is the order users see in error messages.
 
@@ -119,6 +126,19 @@ class ModelParams:
 
 
 @dataclass(frozen=True)
+class GenerateParams:
+    """What the generation report samples: every prompt, with every strategy, in both modes."""
+
+    prompts: tuple[str, ...] = text_list()
+    max_new_tokens: int = positive_int()
+    temperature: float = positive_float()
+    top_k: int = positive_int()
+    top_k_temperature: float = positive_float()
+    top_p: float = _spec(float, "a number in (0, 1]", lambda v: 0 < v <= 1)
+    top_p_temperature: float = positive_float()
+
+
+@dataclass(frozen=True)
 class Params:
     """The whole of params.yaml. `selected` is the entry that `model:` names."""
 
@@ -127,6 +147,7 @@ class Params:
     data: DataParams
     tokenizer: TokenizerParams
     train: TrainParams
+    generate: GenerateParams
     models: Mapping[str, ModelParams]
 
     @property
@@ -167,7 +188,7 @@ def _check_value(path: str, value: Any, meta: Mapping[str, Any]) -> Any:
     type_ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if not type_ok or not ok(value):
         raise ParamsError(f"{path}: expected {expected}, got {_describe(value)}")
-    return value
+    return tuple(value) if kind is list else value
 
 
 def _build(cls: type, raw: Any, path: str) -> Any:
@@ -238,4 +259,6 @@ def as_dict(params: Any) -> Any:
         return {f.name: as_dict(getattr(params, f.name)) for f in dataclasses.fields(params)}
     if isinstance(params, Mapping):
         return {k: as_dict(v) for k, v in params.items()}
+    if isinstance(params, tuple):
+        return list(params)
     return params

@@ -54,6 +54,10 @@ class Tokenizer(ABC):
     def _fingerprint(self) -> bytes:
         """The bytes that define this vocabulary."""
 
+    @abstractmethod
+    def state(self) -> dict[str, object]:
+        """Everything needed to rebuild this tokenizer (a checkpoint embeds it): see `tokenizer_from_state`."""
+
     @property
     def identity(self) -> dict[str, object]:
         """What a checkpoint records: kind, vocabulary size, sha256 of the vocabulary."""
@@ -87,6 +91,9 @@ class CharTokenizer(Tokenizer):
 
     def _fingerprint(self) -> bytes:
         return "".join(self.chars).encode("utf-8")
+
+    def state(self) -> dict[str, object]:
+        return {"kind": self.kind, "chars": list(self.chars)}
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -124,6 +131,9 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _fingerprint(self) -> bytes:
         return self._proto
+
+    def state(self) -> dict[str, object]:
+        return {"kind": self.kind, "model": self._proto}
 
 
 def train_sentencepiece(train_text: str, settings: TokenizerParams) -> bytes:
@@ -175,3 +185,15 @@ def load_tokenizer(kind: str, prepared_dir: str | Path, tokenizer_dir: str | Pat
     if kind == "sentencepiece":
         return SentencePieceTokenizer.load(Path(tokenizer_dir) / SENTENCEPIECE_FILE)
     raise TokenizerError(f"unknown token kind {kind!r}; expected 'char' or 'sentencepiece'")
+
+
+def tokenizer_from_state(state: dict[str, object]) -> Tokenizer:
+    """The tokenizer that `Tokenizer.state()` described."""
+    try:
+        if state["kind"] == "char":
+            return CharTokenizer(state["chars"])  # type: ignore[arg-type]
+        if state["kind"] == "sentencepiece":
+            return SentencePieceTokenizer(state["model"])  # type: ignore[arg-type]
+    except (KeyError, TypeError) as error:
+        raise TokenizerError(f"incomplete tokenizer state ({error})") from error
+    raise TokenizerError(f"unknown tokenizer kind {state.get('kind')!r}; expected 'char' or 'sentencepiece'")

@@ -225,7 +225,7 @@ def train(
         model_name=name,
         model_config=config_from_params(entry, tokenizer.vocab_size),
         model_state={k: v.detach().cpu() for k, v in model.state_dict().items()},
-        tokenizer=tokenizer.identity,
+        tokenizer_state=tokenizer.state(),
         params=as_dict(params),
         step=len(history.steps),
         epoch=entry.epochs,

@@ -90,3 +90,36 @@ def make_dvc_repo(root: Path, corpus: str, params_update) -> Path:
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "pipeline"], root)
     return root
+
+
+def save_tiny_checkpoint(path: Path, tokenizer, model_name: str = "astra_alpha", cell: str = "gru") -> Path:
+    """An untrained tiny model for `tokenizer`, saved as a real checkpoint at `path`."""
+    import torch
+
+    from rnnlm.checkpoint import Checkpoint, save_checkpoint
+    from rnnlm.model import ModelConfig, RecurrentLM
+
+    torch.manual_seed(0)
+    config = ModelConfig(cell, vocab_size=tokenizer.vocab_size, embd=8, hidden=16, layers=2)
+    model = RecurrentLM(config)
+    save_checkpoint(path, Checkpoint(model_name=model_name, model_config=config, model_state=model.state_dict(),
+                                     tokenizer_state=tokenizer.state(), params={}, step=0, epoch=0))
+    return path
+
+
+@pytest.fixture(scope="session")
+def char_checkpoint(tmp_path_factory) -> Path:
+    from rnnlm.corpus import character_vocabulary
+    from rnnlm.tokenizers import CharTokenizer
+
+    tokenizer = CharTokenizer(character_vocabulary(synthetic_play(20_000)))
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "char.pt", tokenizer)
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_checkpoint(tmp_path_factory) -> Path:
+    from rnnlm.params import TokenizerParams
+    from rnnlm.tokenizers import SentencePieceTokenizer, train_sentencepiece
+
+    proto = train_sentencepiece(synthetic_play(30_000), TokenizerParams(100, "unigram", 1.0))
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "sp.pt", SentencePieceTokenizer(proto), "scribe_alpha")

@@ -95,6 +95,15 @@ def test_repro_trains_the_selected_model(train_repo):
     assert "up to date" in run(["dvc", "status"], train_repo).stdout
 
 
+def test_generate_writes_both_reports(train_repo):
+    data = json.loads((train_repo / "reports/generations.json").read_text())
+    assert data["model"] == "astra_alpha" and len(data["samples"]) == 3 * 4 * 2
+    markdown = (train_repo / "reports/generations.md").read_text()
+    assert markdown.startswith("# Generations: astra_alpha")
+    assert markdown.count("<tr><th>stateless</th><th>stateful</th></tr>") == 12
+    assert "up to date" in run(["dvc", "status", "generate"], train_repo).stdout
+
+
 def test_switching_back_restores_from_the_run_cache(train_repo):
     first = (train_repo / "models/model.pt").read_bytes()
     first_metrics = _metrics(train_repo)

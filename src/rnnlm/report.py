@@ -91,7 +91,7 @@ def run_generations(checkpoint: Checkpoint, checkpoint_path: str | Path, setting
 def _cell(sample: Sample) -> str:
     # The prompt in bold, the model's continuation after it; <pre> keeps newlines and spaces.
     prompt, rest = sample.text[: len(sample.prompt)], sample.text[len(sample.prompt) :]
-    return f"<td><pre><b>{html.escape(prompt)}</b>{html.escape(rest)}</pre></td>"
+    return f"<td><pre><b>{html.escape(prompt, quote=False)}</b>{html.escape(rest, quote=False)}</pre></td>"
 
 
 def to_markdown(run: GenerationRun) -> str:

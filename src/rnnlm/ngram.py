@@ -1,0 +1,67 @@
+"""Count-based n-gram language models: the floor a one-token-context model cannot beat by much.
+
+Smoothing: interpolated absolute discounting with discount D (0.75 by default), recursively down to
+the uniform distribution over the vocabulary. For a context h (the previous n-1 tokens) seen c(h)
+times, followed by N1+(h) distinct tokens:
+
+    P(w | h) = max(c(h, w) - D, 0) / c(h)  +  D * N1+(h) / c(h) * P(w | h')
+    P(w | h) = P(w | h')                                   if c(h) = 0
+
+where h' is h without its oldest token, and the order-0 model is uniform, 1 / V. Every
+distribution sums to one over the V tokens, so every token, even an unseen one, gets a probability.
+
+In:  training ids, the order, the vocabulary size. Out: log-probabilities of a sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+
+class NGramModel:
+    """An order-`order` model (1 = unigram, 2 = bigram, ...) counted on `ids`."""
+
+    def __init__(self, ids: Sequence[int], order: int, vocab_size: int, discount: float = 0.75):
+        if order < 1:
+            raise ValueError("order must be at least 1")
+        if not 0 < discount < 1:
+            raise ValueError("discount must be in (0, 1)")
+        self.order, self.vocab_size, self.discount = order, vocab_size, discount
+        ids = list(ids)
+        # For each context length m = 0 .. order-1: counts of (context, token) and of context.
+        self._pair: list[Counter[tuple[int, ...]]] = []
+        self._context: list[Counter[tuple[int, ...]]] = []
+        self._followers: list[defaultdict[tuple[int, ...], int]] = []
+        for m in range(order):
+            pairs = Counter(tuple(ids[i - m : i + 1]) for i in range(m, len(ids)))
+            contexts: Counter[tuple[int, ...]] = Counter()
+            followers: defaultdict[tuple[int, ...], int] = defaultdict(int)
+            for gram, count in pairs.items():
+                contexts[gram[:-1]] += count
+                followers[gram[:-1]] += 1
+            self._pair.append(pairs)
+            self._context.append(contexts)
+            self._followers.append(followers)
+
+    def prob(self, history: Sequence[int], token: int) -> float:
+        """P(token | the last order-1 ids of history); a shorter history uses what there is."""
+        m_max = min(self.order - 1, len(history))
+        p = 1.0 / self.vocab_size
+        for m in range(0, m_max + 1):  # from the unigram up to the longest context
+            context = tuple(history[len(history) - m :]) if m else ()
+            seen = self._context[m].get(context, 0)
+            if seen == 0:
+                continue  # an unseen context passes the lower order's probability through
+            count = self._pair[m].get(context + (token,), 0)
+            p = max(count - self.discount, 0.0) / seen + self.discount * self._followers[m][context] / seen * p
+        return p
+
+    def log_prob_sequence(self, ids: Sequence[int], start: int = 1) -> float:
+        """Sum of ln P(ids[i] | ids[:i]) for i from `start` (the first `start` tokens are context only)."""
+        ids = list(ids)
+        total = 0.0
+        for i in range(start, len(ids)):
+            total += math.log(self.prob(ids[max(0, i - self.order + 1) : i], ids[i]))
+        return total

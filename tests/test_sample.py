@@ -1,0 +1,68 @@
+"""The sampling command: text as it is generated, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def sample(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rnnlm.sample", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+
+
+def test_prints_the_prompt_and_its_continuation(char_checkpoint):
+    done = sample(str(char_checkpoint), "--prompt", "ROMEO: ", "--max-new-tokens", "40", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ROMEO: ") and len(done.stdout) == len("ROMEO: ") + 40 + 1
+    again = sample(str(char_checkpoint), "--prompt", "ROMEO: ", "--max-new-tokens", "40", "--seed", "3")
+    assert again.stdout == done.stdout
+
+
+def test_prompt_file_modes_and_several_samples(char_checkpoint, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("KING RICHARD:\nGood ")
+    done = sample(str(char_checkpoint), "--prompt-file", str(prompt), "--mode", "stateless", "--strategy",
+                  "temperature", "--temperature", "0.8", "--num-samples", "3", "--max-new-tokens", "10")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("--- sample ") == 3 and "(stateless, temperature 0.8)" in done.stdout
+    assert done.stdout.count("KING RICHARD:\nGood ") == 3
+
+
+def test_sentencepiece_checkpoint(sentencepiece_checkpoint):
+    done = sample(str(sentencepiece_checkpoint), "--prompt", "KING: ", "--strategy", "top_p", "--max-new-tokens", "15")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("KING: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt", "ROMEO @ home~"], "error: the text has characters the vocabulary lacks: '@', '~'"),
+        (["--prompt", ""], "error: the prompt is empty; expected at least one token to start from"),
+        (["--prompt", "A", "--temperature", "0"], "error: temperature 0.0: expected a positive number"),
+        (["--prompt", "A", "--top-k", "0"], "error: top-k 0: expected an integer from 1 to the vocabulary size"),
+        (["--prompt", "A", "--top-k", "5000"], "error: top-k 5000: expected an integer from 1 to the vocabulary size"),
+        (["--prompt", "A", "--max-new-tokens", "-3"], "error: max new tokens -3: expected a non-negative integer"),
+        (["--prompt", "A", "--num-samples", "0"], "error: number of samples 0: expected a positive integer"),
+    ],
+)
+def test_bad_input_is_one_line_and_prints_no_text(char_checkpoint, args, message):
+    done = sample(str(char_checkpoint), *args)
+    assert done.returncode == 1
+    assert done.stderr.startswith(message) and done.stderr.count("\n") == 1
+    assert done.stdout == ""
+
+
+def test_missing_checkpoint(tmp_path):
+    done = sample(str(tmp_path / "absent.pt"), "--prompt", "A")
+    assert done.returncode == 1
+    assert done.stderr == f"error: {tmp_path / 'absent.pt'}: no such checkpoint file\n"
+
+
+def test_unreadable_prompt_file(char_checkpoint, tmp_path):
+    done = sample(str(char_checkpoint), "--prompt-file", str(tmp_path / "absent.txt"))
+    assert done.returncode == 1 and "cannot read the prompt file" in done.stderr

@@ -1,25 +1,26 @@
-"""DVC stage `generate`: sample the trained model stateless and stateful, side by side.
+"""DVC stage `generate`: sample the trained model stateless and stateful.
 
-Usage: python stages/generate.py CHECKPOINT REPORT_MD REPORT_JSON
+Usage: python stages/generate.py CHECKPOINT GENERATIONS_JSON
 For every prompt of params `generate.prompts`, every strategy (greedy, temperature, top-k, top-p)
-and both modes, writes REPORT_MD (for people) and REPORT_JSON (the same data, for programs).
+and both modes, writes the samples to GENERATIONS_JSON (the `report` stage renders them).
 """
 
 import sys
 
+from rnnlm.atomic import write_text_atomic
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.errors import run_main
 from rnnlm.params import load_params
-from rnnlm.report import run_generations, write_generation_report
+from rnnlm.report import run_generations
 
 
 def main() -> None:
-    checkpoint_path, markdown_path, json_path = sys.argv[1:]
+    checkpoint_path, json_path = sys.argv[1:]
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed)
-    write_generation_report(run, markdown_path, json_path)
-    print(f"wrote {markdown_path} and {json_path}: {len(run.samples)} samples of {run.model}")
+    write_text_atomic(json_path, run.to_json())
+    print(f"wrote {json_path}: {len(run.samples)} samples of {run.model}")
 
 
 if __name__ == "__main__":

@@ -1,49 +1,94 @@
-"""Windowed scoring: batched windows equal a plain loop, every token predicted once."""
+"""The evaluate stage's measures: a model with memory beats its stateless self; hand-worked numbers."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from rnnlm.evaluate import windowed_nll
+from rnnlm.corpus import character_vocabulary, split_corpus
+from rnnlm.evaluate import ResetPoint, memory_horizon, ngram_floor, predicted_chars, reset_curve
 from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.params import TokenizerParams, parse_params
+from rnnlm.scoring import Score
+from rnnlm.tokenizers import CharTokenizer, SentencePieceTokenizer, train_sentencepiece
+from rnnlm.train import train
+from tests.conftest import synthetic_play
 
 
-def _naive(model, tokens, window):
-    total = 0.0
-    with torch.no_grad():
-        for start in range(0, tokens.numel() - 1, window):
-            x = tokens[start : start + window]
-            y = tokens[start + 1 : start + window + 1]
-            x = x[: y.numel()]
-            logits, _ = model(x[None])
-            total += F.cross_entropy(logits[0], y, reduction="sum").item()
-    return total
+def copy_task(blocks: int, seed: int = 0) -> str:
+    """Blocks of four symbols: a key (a-d), two noise symbols (w-z), the same key again.
+
+    The repeated key depends on the symbol three steps back, which no one-symbol context can see:
+    a bigram model needs about 3 bits per symbol here, a model that remembers about 1.5.
+    """
+    rng = random.Random(seed)
+    out = []
+    for _ in range(blocks):
+        key = rng.choice("abcd")
+        out += [key, rng.choice("wxyz"), rng.choice("wxyz"), key]
+    return "".join(out)
 
 
-@pytest.mark.parametrize("window", [1, 3, 16, 50, 1000])
-def test_batched_windows_equal_a_loop(window):
-    torch.manual_seed(0)
-    model = RecurrentLM(ModelConfig("gru", vocab_size=9, embd=4, hidden=6, layers=2, dropout=0.3)).double()
-    tokens = torch.randint(0, 9, (203,))
-    score = windowed_nll(model, tokens, window, batch_windows=7)
-    assert score.tokens == 202
-    assert score.nats == pytest.approx(_naive(model.eval(), tokens, window), rel=1e-12)
+def test_memory_beats_the_stateless_mode_on_a_copy_task(raw_params):
+    text = copy_task(3000)
+    split = split_corpus(text, 0.9)
+    tokenizer = CharTokenizer(character_vocabulary(text))
+    raw_params["models"]["astra_alpha"].update(
+        {"embd": 8, "hidden": 32, "layers": 1, "dropout": 0.0, "epochs": 4, "steps_per_epoch": 100, "lr": 1e-2})
+    raw_params["train"].update({"batch_size": 32, "seq_len": 32, "device": "cpu"})
+    params = parse_params(raw_params)
+    result = train(params, "astra_alpha", tokenizer, split.train, split.val, progress=False)
+    model = result.checkpoint.build_model()
+    val_ids = tokenizer.encode(split.val)
+    chars = predicted_chars(tokenizer, split.val, val_ids)
+    curve = reset_curve(model, torch.tensor(val_ids), [1, 2, 4, 8, 64], chars)
+    stateless, stateful = curve[0].bpc, curve[-1].bpc
+    bigram = ngram_floor(tokenizer.encode(split.train), val_ids, tokenizer.vocab_size, params.evaluate, chars)[2]
+    assert stateful < 1.8  # near the 1.5 bits the task allows
+    assert stateless > stateful + 1.0  # resetting the state throws the memory away
+    assert stateless > bigram - 0.15  # and leaves a model no better than counting pairs
+    assert 2.8 < bigram < 3.2
+    bpcs = [p.bpc for p in curve]
+    assert bpcs == sorted(bpcs, reverse=True)  # more context never hurts
+    # windows of 8 lose the repeats that fall in their first 3 places; windows of 64 lose few
+    assert memory_horizon(curve, 0.05) == 64
 
 
-def test_uniform_model_scores_log_vocab():
-    model = RecurrentLM(ModelConfig("rnn", vocab_size=8, embd=2, hidden=3, layers=1))
+def test_bits_per_character_for_sentencepiece_by_hand():
+    proto = train_sentencepiece(synthetic_play(30_000), TokenizerParams(100, "unigram", 1.0))
+    tokenizer = SentencePieceTokenizer(proto)
+    text = "ROMEO:\nGood night, sweet lord.\n"
+    ids = tokenizer.encode(text)
+    first = tokenizer.decode(ids[:1])
+    chars = predicted_chars(tokenizer, text, ids)
+    assert chars == len(text) - len(first) and len(ids) < chars  # pieces cover several characters
+    model = RecurrentLM(ModelConfig("gru", vocab_size=100, embd=4, hidden=4, layers=1))
     with torch.no_grad():
         for p in model.parameters():
-            p.zero_()
-    score = windowed_nll(model, torch.randint(0, 8, (50,)), 10)
-    assert score.mean == pytest.approx(math.log(8))
+            p.zero_()  # uniform predictions: ln 100 nats per piece
+    curve = reset_curve(model, torch.tensor(ids), [1, 4], chars)
+    expected = (len(ids) - 1) * math.log(100) / chars / math.log(2)
+    assert [p.bpc for p in curve] == pytest.approx([expected] * 3)
+    assert curve[-1].k is None and curve[-1].label == "never"
 
 
-def test_keeps_training_mode():
-    model = RecurrentLM(ModelConfig("gru", vocab_size=5, embd=2, hidden=3, layers=1)).train()
-    windowed_nll(model, torch.randint(0, 5, (20,)), 4)
-    assert model.training
+def _curve(values):
+    points = [ResetPoint(k, Score(0.0, 1), bpc) for k, bpc in values]
+    return points + [ResetPoint(None, Score(0.0, 1), 2.0)]
+
+
+def test_memory_horizon_is_the_first_k_within_tolerance():
+    assert memory_horizon(_curve([(1, 3.0), (8, 2.05), (64, 2.019), (512, 2.0)]), 0.01) == 64
+    assert memory_horizon(_curve([(1, 3.0), (8, 2.5)]), 0.01) is None
+    assert memory_horizon(_curve([(1, 2.0)]), 0.01) == 1
+
+
+def test_ngram_floor_orders(raw_params):
+    params = parse_params(raw_params)
+    ids = [0, 1, 0, 1, 0, 2] * 10
+    floor = ngram_floor(ids, ids, 3, params.evaluate, chars=len(ids) - 1)
+    assert list(floor) == [1, 2, 3, 4, 5]
+    assert floor[2] < floor[1]  # the alternation is visible from one symbol back

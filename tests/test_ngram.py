@@ -48,3 +48,14 @@ def test_higher_orders_fit_a_deterministic_sequence_better():
     ids = [0, 1, 2, 3] * 50
     scores = [-NGramModel(ids, order=n, vocab_size=4).log_prob_sequence(ids) for n in (1, 2)]
     assert scores[1] < scores[0] / 5
+
+
+def test_lower_orders_from_one_set_of_counts_equal_separate_models():
+    rng = random.Random(3)
+    ids = [rng.randrange(5) for _ in range(400)]
+    big = NGramModel(ids, order=4, vocab_size=5)
+    for order in (1, 2, 3):
+        alone = NGramModel(ids, order=order, vocab_size=5)
+        assert big.log_prob_sequence(ids[:100], order=order) == pytest.approx(alone.log_prob_sequence(ids[:100]), rel=1e-12)
+    with pytest.raises(ValueError, match="counted up to order 4"):
+        big.prob([1], 2, order=5)

@@ -95,13 +95,26 @@ def test_repro_trains_the_selected_model(train_repo):
     assert "up to date" in run(["dvc", "status"], train_repo).stdout
 
 
-def test_generate_writes_both_reports(train_repo):
+def test_generate_evaluate_and_report(train_repo):
     data = json.loads((train_repo / "reports/generations.json").read_text())
     assert data["model"] == "astra_alpha" and len(data["samples"]) == 3 * 4 * 2
+    metrics = json.loads((train_repo / "reports/metrics.json").read_text())
+    assert metrics["model"] == "astra_alpha"
+    assert list(metrics["reset_curve_bpc"]) == ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "never"]
+    assert metrics["stateless_bpc"] == metrics["reset_curve_bpc"]["1"]
+    assert metrics["stateful_bpc"] == metrics["reset_curve_bpc"]["never"]
+    assert list(metrics["ngram_bpc"]) == ["unigram", "bigram", "trigram", "4gram", "5gram"]
+    assert set(metrics["text"]) == {"stateless", "stateful", "validation"}
+    curve = (train_repo / "reports/plots/reset_curve.csv").read_text().splitlines()
+    assert curve[0].startswith("k,reset_every_k_bpc,never_reset_bpc,unigram_bpc,bigram_bpc") and len(curve) == 12
     markdown = (train_repo / "reports/generations.md").read_text()
-    assert markdown.startswith("# Generations: astra_alpha")
+    assert markdown.startswith("# Generations: astra_alpha") and "## What statefulness is worth" in markdown
     assert markdown.count("<tr><th>stateless</th><th>stateful</th></tr>") == 12
-    assert "up to date" in run(["dvc", "status", "generate"], train_repo).stdout
+    shown = json.loads(run(["dvc", "metrics", "show", "--json"], train_repo).stdout)
+    assert "reports/metrics.json" in json.dumps(shown) and "reports/train/metrics.json" in json.dumps(shown)
+    plots = run(["dvc", "plots", "show", "--json"], train_repo).stdout
+    assert "reset_curve" in plots
+    assert "up to date" in run(["dvc", "status"], train_repo).stdout
 
 
 def test_switching_back_restores_from_the_run_cache(train_repo):

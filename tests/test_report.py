@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.params import GenerateParams
-from rnnlm.report import GenerationRun, Sample, run_generations, to_markdown, write_generation_report
+from rnnlm.report import GenerationRun, Sample, read_generations, run_generations, to_markdown
 
 SETTINGS = GenerateParams(prompts=("ROMEO: ", "KING: ", "FIRST CITIZEN: "), max_new_tokens=30, temperature=0.8,
                           top_k=5, top_k_temperature=1.0, top_p=0.9, top_p_temperature=1.0)
@@ -20,12 +20,11 @@ def test_every_prompt_strategy_and_mode(char_checkpoint):
 
 
 def test_same_inputs_same_bytes(char_checkpoint, tmp_path):
-    for name in ("a", "b"):
-        run = run_generations(load_checkpoint(char_checkpoint), char_checkpoint, SETTINGS, seed=1)
-        write_generation_report(run, tmp_path / f"{name}.md", tmp_path / f"{name}.json")
-    assert (tmp_path / "a.md").read_bytes() == (tmp_path / "b.md").read_bytes()
-    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
-    assert GenerationRun.from_json((tmp_path / "a.json").read_text()).to_json() == (tmp_path / "a.json").read_text()
+    runs = [run_generations(load_checkpoint(char_checkpoint), char_checkpoint, SETTINGS, seed=1) for _ in range(2)]
+    assert runs[0].to_json() == runs[1].to_json()
+    assert to_markdown(runs[0], METRICS) == to_markdown(runs[1], METRICS)
+    (tmp_path / "g.json").write_text(runs[0].to_json())
+    assert read_generations(tmp_path / "g.json").to_json() == runs[0].to_json()
 
 
 def test_markdown_sets_the_modes_side_by_side_and_escapes_html():
@@ -39,3 +38,27 @@ def test_markdown_sets_the_modes_side_by_side_and_escapes_html():
     assert "<tr><th>stateless</th><th>stateful</th></tr>" in text
     assert "<td><pre><b>A: </b>&lt;b&gt;&amp;</pre></td><td><pre><b>A: </b>x\ny</pre></td>" in text
     assert "## Prompt `A: `" in text and "### greedy" in text
+
+
+METRICS = {
+    "val_chars": 1000, "val_tokens": 999, "stateful_bpc": 2.39, "stateless_bpc": 3.76, "bigram_bpc": 3.59,
+    "stateless_minus_bigram_bpc": 0.17, "memory_horizon": 128,
+    "reset_curve_bpc": {"1": 3.76, "128": 2.41, "never": 2.39},
+    "ngram_bpc": {"unigram": 4.83, "bigram": 3.59, "5gram": 2.44},
+    "text": {mode: {"known_word_share": 0.5, "distinct_1": 0.7, "distinct_2": 0.8, "distinct_3": 0.9,
+                    "repeated_4gram_share": 0.1, "char_loglik": -2.0, "speaker_line_share": None}
+             for mode in ("stateless", "stateful", "validation")},
+}
+
+
+def test_measures_come_first_as_tables():
+    run = GenerationRun(model="m", checkpoint={"path": "p", "sha256": "0" * 64, "steps": 1, "parameters": 1, "tokens": "char"},
+                        settings={"max_new_tokens": 1, "seed": 0},
+                        samples=[Sample("A", "greedy", "greedy", mode, "Ab", 1) for mode in ("stateless", "stateful")])
+    text = to_markdown(run, METRICS)
+    assert text.index("## What statefulness is worth") < text.index("## Prompt `A`")
+    assert "| stateful: the state is never reset | 2.390 |" in text
+    assert "| stateless: the state is reset before every token | 3.760 |" in text
+    assert "| k | 1 | 128 | never |" in text and "| bits per character | 3.760 | 2.410 | 2.390 |" in text
+    assert "Memory horizon: 128 tokens" in text
+    assert "| lines in the `NAME:` speaker form | – | – | – |" in text

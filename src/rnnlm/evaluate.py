@@ -1,70 +1,155 @@
-"""Teacher-forced scoring of a model on a token sequence.
+"""Measure what statefulness is worth, for one trained checkpoint.
 
-`windowed_nll(model, tokens, window)` cuts the sequence into consecutive windows of `window`
-tokens, runs each from a zero state (batched, not a loop over tokens) and returns the total
-negative log-likelihood in nats and the number of predicted tokens. With `window` = the training
-sequence length this is the validation loss; with window = k it is the loss of a model whose state
-is reset every k tokens (k = 1: stateless).
+In:  the checkpoint, the train and validation texts, the generation samples, and params `evaluate`.
+Out: a metrics dict (stable keys, written as reports/metrics.json) and the state-reset curve rows
+(written as reports/plots/reset_curve.csv).
+
+- The state-reset curve: the validation split scored with the state reset to zero every k tokens,
+  for each k in `evaluate.reset_every` and for "never" (k = 1 is the stateless mode, never the
+  stateful one), in nats per token and bits per character.
+- The memory horizon: the smallest k whose bits per character are within `horizon_tolerance`
+  (relative) of never resetting: how much context the model actually uses.
+- The n-gram floor: count models of orders 1 to `ngram_max_order` on the same tokens, fit on the
+  training split (see rnnlm.ngram for the smoothing). A stateless model sees one token, as a
+  bigram does, so the bigram is the floor it cannot beat by much.
+- Text statistics of the generated samples per mode, and of the validation split for reference
+  (see rnnlm.textstats).
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
-from rnnlm.model import RecurrentLM
+from rnnlm.atomic import write_text_atomic
+from rnnlm.checkpoint import Checkpoint
+from rnnlm.corpus import character_vocabulary
+from rnnlm.ngram import NGramModel
+from rnnlm.params import EvaluateParams
+from rnnlm.report import GenerationRun
+from rnnlm.scoring import Score, bits_per_char, streamed_nll, windowed_nll
+from rnnlm.sampling import MODES
+from rnnlm.textstats import text_statistics, word_vocabulary
+from rnnlm.tokenizers import Tokenizer
+
+ORDER_NAMES = {1: "unigram", 2: "bigram", 3: "trigram", 4: "4gram", 5: "5gram"}
 
 
 @dataclass(frozen=True)
-class Score:
-    """Total negative log-likelihood (nats) over `tokens` predicted tokens."""
+class ResetPoint:
+    """The validation score with the state reset every `k` tokens (None: never)."""
 
-    nats: float
-    tokens: int
+    k: int | None
+    score: Score
+    bpc: float
 
     @property
-    def mean(self) -> float:
-        return self.nats / self.tokens
+    def label(self) -> str:
+        return "never" if self.k is None else str(self.k)
 
 
-def _windows(tokens: Tensor, window: int) -> list[tuple[Tensor, Tensor]]:
-    """(inputs, targets) blocks: full windows (N, window) and, if any, the shorter tail (1, r)."""
-    n_pred = tokens.numel() - 1
-    full = n_pred // window
-    blocks = []
-    if full:
-        inputs = tokens[: full * window].view(full, window)
-        targets = tokens[1 : full * window + 1].view(full, window)
-        blocks.append((inputs, targets))
-    rest = n_pred - full * window
-    if rest:
-        start = full * window
-        blocks.append((tokens[start : start + rest].view(1, rest), tokens[start + 1 : start + rest + 1].view(1, rest)))
-    return blocks
+def predicted_chars(tokenizer: Tokenizer, text: str, ids: list[int]) -> int:
+    """Characters of `text` covered by the predicted tokens ids[1:] (all but the first token's)."""
+    return len(text) - len(tokenizer.decode(ids[:1]))
 
 
-@torch.no_grad()
-def windowed_nll(model: RecurrentLM, tokens: Tensor, window: int, batch_windows: int = 256) -> Score:
-    """Score `tokens` (1-D, int64) in windows of `window` tokens, each from a zero state.
+def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int) -> list[ResetPoint]:
+    """Scores for each k (ascending), then for never resetting."""
+    points = [ResetPoint(k, score, score.bits_per_char(chars)) for k in sorted(set(ks))
+              for score in [windowed_nll(model, ids, k)]]
+    never = streamed_nll(model, ids)
+    return points + [ResetPoint(None, never, never.bits_per_char(chars))]
 
-    Every token after the first is predicted exactly once. `batch_windows` windows run at once.
-    """
-    if tokens.dim() != 1 or tokens.numel() < 2:
-        raise ValueError("tokens must be a 1-D sequence of at least 2 ids")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    total = 0.0
-    for inputs, targets in _windows(tokens, window):
-        for start in range(0, inputs.shape[0], batch_windows):
-            x = inputs[start : start + batch_windows].to(device)  # (b, window)
-            y = targets[start : start + batch_windows].to(device)
-            logits, _ = model(x)  # (b, window, V)
-            if logits.dtype in (torch.float16, torch.bfloat16):
-                logits = logits.float()  # sum the loss at full precision under autocast
-            total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
-    model.train(was_training)
-    return Score(nats=total, tokens=tokens.numel() - 1)
+
+def memory_horizon(curve: list[ResetPoint], tolerance: float) -> int | None:
+    """The smallest k within `tolerance` (relative) of never resetting; None if no k is."""
+    never = curve[-1].bpc
+    return next((p.k for p in curve[:-1] if p.bpc <= never * (1 + tolerance)), None)
+
+
+def ngram_floor(train_ids: list[int], val_ids: list[int], vocab_size: int, settings: EvaluateParams,
+                chars: int) -> dict[int, float]:
+    """Bits per character of the count n-gram models of each order on the validation tokens."""
+    counts = NGramModel(train_ids, settings.ngram_max_order, vocab_size, settings.ngram_discount)
+    return {order: bits_per_char(-counts.log_prob_sequence(val_ids, order=order), chars)
+            for order in range(1, settings.ngram_max_order + 1)}
+
+
+def _validation_pieces(val_text: str, length: int, count: int, context: int) -> list[tuple[str, str]]:
+    """`count` evenly spaced (context, piece) pairs of the validation text, pieces `length` long."""
+    span = len(val_text) - context - length
+    if span < 0:
+        return [("", val_text)]
+    starts = (context + i * span // max(count - 1, 1) for i in range(max(count, 1)))
+    return [(val_text[s - context : s], val_text[s : s + length]) for s in starts]
+
+
+def generation_statistics(generations: GenerationRun, train_text: str, val_text: str,
+                          settings: EvaluateParams) -> dict[str, dict[str, float | None]]:
+    """Text statistics per mode, and of the validation split cut into pieces of the samples' length."""
+    chars = character_vocabulary(train_text + val_text)
+    char_ids = {c: i for i, c in enumerate(chars)}
+    scorer_order = settings.ngram_max_order
+    # one more id than there are characters: any character the corpus lacks (see char_loglik)
+    scorer = NGramModel([char_ids[c] for c in train_text], scorer_order, len(chars) + 1, settings.ngram_discount)
+    vocabulary = word_vocabulary(train_text)
+    result = {}
+    for mode in MODES:
+        samples = [(s.prompt, s.text[len(s.prompt) :]) for s in generations.samples if s.mode == mode]
+        result[mode] = text_statistics(samples, vocabulary, scorer, char_ids)
+    lengths = [len(s.text) - len(s.prompt) for s in generations.samples]
+    reference = _validation_pieces(val_text, round(statistics.fmean(lengths)), len(lengths) // 2, scorer_order - 1)
+    result["validation"] = text_statistics(reference, vocabulary, scorer, char_ids)
+    return result
+
+
+def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
+             settings: EvaluateParams) -> tuple[dict[str, object], list[ResetPoint]]:
+    """All the measures above for `checkpoint`: the metrics dict and the reset curve."""
+    tokenizer = checkpoint.tokenizer()
+    model = checkpoint.build_model("cpu")
+    train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
+    chars = predicted_chars(tokenizer, val_text, val_ids)
+    curve = reset_curve(model, torch.tensor(val_ids, dtype=torch.long), list(settings.reset_every), chars)
+    floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
+    stateless = next((p for p in curve if p.k == 1), None)
+    metrics = {
+        "model": checkpoint.model_name,
+        "tokens": tokenizer.kind,
+        "val_tokens": len(val_ids) - 1,
+        "val_chars": chars,
+        "stateful_bpc": curve[-1].bpc,
+        "stateless_bpc": stateless.bpc if stateless else None,
+        "bigram_bpc": floor.get(2),
+        "stateless_minus_bigram_bpc": stateless.bpc - floor[2] if stateless and 2 in floor else None,
+        "memory_horizon": memory_horizon(curve, settings.horizon_tolerance),
+        "reset_curve_bpc": {p.label: p.bpc for p in curve},
+        "reset_curve_nats_per_token": {p.label: p.score.mean for p in curve},
+        "ngram_bpc": {ORDER_NAMES.get(order, f"{order}gram"): bpc for order, bpc in floor.items()},
+        "text": generation_statistics(generations, train_text, val_text, settings),
+    }
+    return metrics, curve
+
+
+def write_metrics(metrics: dict[str, object], path: str | Path) -> None:
+    """reports/metrics.json: the metrics, keys in a stable order."""
+    write_text_atomic(path, json.dumps(metrics, indent=2) + "\n")
+
+
+def write_reset_curve(curve: list[ResetPoint], metrics: dict[str, object], path: str | Path) -> None:
+    """The curve as CSV for `dvc plots`: one row per k, with the never-reset and n-gram levels as
+    constant columns so that they draw as horizontal lines beside it."""
+    levels = {"never_reset_bpc": metrics["stateful_bpc"],
+              **{f"{name}_bpc": bpc for name, bpc in metrics["ngram_bpc"].items()}}  # type: ignore[union-attr]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["k", "reset_every_k_bpc", *levels])
+    for point in curve[:-1]:
+        writer.writerow([point.k, point.bpc, *levels.values()])
+    write_text_atomic(path, out.getvalue())

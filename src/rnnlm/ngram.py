@@ -10,7 +10,9 @@ times, followed by N1+(h) distinct tokens:
 where h' is h without its oldest token, and the order-0 model is uniform, 1 / V. Every
 distribution sums to one over the V tokens, so every token, even an unseen one, gets a probability.
 
-In:  training ids, the order, the vocabulary size. Out: log-probabilities of a sequence.
+In:  training ids, the highest order, the vocabulary size. Out: log-probabilities of a sequence
+under the model of any order up to the highest (one set of counts serves every order, since the
+order-n model is built on the order n-1 one).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 
 
 class NGramModel:
-    """An order-`order` model (1 = unigram, 2 = bigram, ...) counted on `ids`."""
+    """Models of orders 1 (unigram) to `order`, counted on `ids`; `order` is the default one."""
 
     def __init__(self, ids: Sequence[int], order: int, vocab_size: int, discount: float = 0.75):
         if order < 1:
@@ -45,9 +47,16 @@ class NGramModel:
             self._context.append(contexts)
             self._followers.append(followers)
 
-    def prob(self, history: Sequence[int], token: int) -> float:
+    def _order(self, order: int | None) -> int:
+        if order is None:
+            return self.order
+        if not 1 <= order <= self.order:
+            raise ValueError(f"order {order}: this model was counted up to order {self.order}")
+        return order
+
+    def prob(self, history: Sequence[int], token: int, order: int | None = None) -> float:
         """P(token | the last order-1 ids of history); a shorter history uses what there is."""
-        m_max = min(self.order - 1, len(history))
+        m_max = min(self._order(order) - 1, len(history))
         p = 1.0 / self.vocab_size
         for m in range(0, m_max + 1):  # from the unigram up to the longest context
             context = tuple(history[len(history) - m :]) if m else ()
@@ -58,10 +67,11 @@ class NGramModel:
             p = max(count - self.discount, 0.0) / seen + self.discount * self._followers[m][context] / seen * p
         return p
 
-    def log_prob_sequence(self, ids: Sequence[int], start: int = 1) -> float:
+    def log_prob_sequence(self, ids: Sequence[int], start: int = 1, order: int | None = None) -> float:
         """Sum of ln P(ids[i] | ids[:i]) for i from `start` (the first `start` tokens are context only)."""
+        order = self._order(order)
         ids = list(ids)
         total = 0.0
         for i in range(start, len(ids)):
-            total += math.log(self.prob(ids[max(0, i - self.order + 1) : i], ids[i]))
+            total += math.log(self.prob(ids[max(0, i - order + 1) : i], ids[i], order))
         return total

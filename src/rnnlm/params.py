@@ -139,6 +139,19 @@ class GenerateParams:
 
 
 @dataclass(frozen=True)
+class EvaluateParams:
+    """The measures of the evaluate stage."""
+
+    reset_every: tuple[int, ...] = _spec(
+        list, "a non-empty list of positive integers",
+        lambda v: bool(v) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in v),
+    )
+    ngram_max_order: int = _spec(int, "an integer from 2 to 8", lambda v: 2 <= v <= 8)
+    ngram_discount: float = open_fraction()
+    horizon_tolerance: float = positive_float()
+
+
+@dataclass(frozen=True)
 class Params:
     """The whole of params.yaml. `selected` is the entry that `model:` names."""
 
@@ -148,6 +161,7 @@ class Params:
     tokenizer: TokenizerParams
     train: TrainParams
     generate: GenerateParams
+    evaluate: EvaluateParams
     models: Mapping[str, ModelParams]
 
     @property

@@ -1,10 +1,10 @@
 """The generation report: the same checkpoint sampled stateless and stateful, side by side.
 
-In:  a `GenerationRun` (model, checkpoint identity, settings, and one sample per prompt, strategy
-and mode).
-Out: `generations.json` (the data, for programs) and `generations.md` (for people: for each prompt
-and strategy an HTML table with the stateless and the stateful text next to each other, which
-GitHub renders with the text's line breaks intact). Neither holds a time or a path that changes
+`run_generations` samples a checkpoint for every prompt, strategy and mode into a `GenerationRun`,
+saved as `generations.json` (the data, for programs). `to_markdown` turns it and the evaluate
+stage's metrics into `generations.md` (for people): the measures first, then for each prompt and
+strategy an HTML table with the stateless and the stateful text next to each other, which GitHub
+renders with the text's line breaks intact. Neither file holds a time or anything else that changes
 from run to run, so the same checkpoint and settings give the same bytes.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rnnlm.atomic import write_text_atomic
+from rnnlm.errors import RnnlmError
 from rnnlm.checkpoint import Checkpoint
 from rnnlm.model import count_parameters
 from rnnlm.params import GenerateParams, as_dict
@@ -94,8 +94,66 @@ def _cell(sample: Sample) -> str:
     return f"<td><pre><b>{html.escape(prompt, quote=False)}</b>{html.escape(rest, quote=False)}</pre></td>"
 
 
-def to_markdown(run: GenerationRun) -> str:
-    """The report as GitHub-flavoured Markdown."""
+TEXT_STATISTICS = {
+    "known_word_share": "words found in the training text",
+    "distinct_1": "distinct words / words",
+    "distinct_2": "distinct word pairs / pairs",
+    "distinct_3": "distinct word triples / triples",
+    "repeated_4gram_share": "word 4-grams repeating an earlier one",
+    "char_loglik": "nats per character under the count 5-gram (higher: more corpus-like)",
+    "speaker_line_share": "lines in the `NAME:` speaker form",
+}
+
+
+def _number(value: object, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def measures_markdown(metrics: dict[str, Any]) -> list[str]:
+    """The evaluate stage's numbers as Markdown tables."""
+    curve = metrics["reset_curve_bpc"]
+    ngrams = metrics["ngram_bpc"]
+    horizon = metrics["memory_horizon"]
+    lines = [
+        "",
+        "## What statefulness is worth",
+        "",
+        f"Teacher-forced on the whole validation split ({metrics['val_chars']:,} characters, "
+        f"{metrics['val_tokens']:,} predicted tokens), in bits per character (lower is better).",
+        "",
+        "| | bits per character |",
+        "|---|---|",
+        f"| stateful: the state is never reset | {_number(metrics['stateful_bpc'])} |",
+        f"| stateless: the state is reset before every token | {_number(metrics['stateless_bpc'])} |",
+        f"| bigram count model, the floor for one token of context | {_number(metrics['bigram_bpc'])} |",
+    ]
+    lines += [f"| {name} count model | {_number(bpc)} |" for name, bpc in ngrams.items() if name != "bigram"]
+    lines += [
+        "",
+        f"Memory horizon: {'more than the largest k measured' if horizon is None else f'{horizon} tokens'} "
+        "(the smallest reset interval within 1% of never resetting). "
+        f"Stateless minus bigram: {_number(metrics['stateless_minus_bigram_bpc'])} bits per character.",
+        "",
+        "State reset every k tokens:",
+        "",
+        "| k | " + " | ".join(curve) + " |",
+        "|---|" + "---|" * len(curve),
+        "| bits per character | " + " | ".join(_number(v) for v in curve.values()) + " |",
+        "",
+        "Generated text, averaged over the samples below (the validation split, cut into pieces of the "
+        "same length, for reference):",
+        "",
+        "| | stateless | stateful | validation text |",
+        "|---|---|---|---|",
+    ]
+    text = metrics["text"]
+    for key, words in TEXT_STATISTICS.items():
+        lines.append(f"| {words} | " + " | ".join(_number(text[m].get(key)) for m in ("stateless", "stateful", "validation")) + " |")
+    return lines
+
+
+def to_markdown(run: GenerationRun, metrics: dict[str, Any] | None = None) -> str:
+    """The report as GitHub-flavoured Markdown; with `metrics`, the measures come first."""
     ckpt, settings = run.checkpoint, run.settings
     lines = [
         f"# Generations: {run.model}",
@@ -109,6 +167,8 @@ def to_markdown(run: GenerationRun) -> str:
         f"- {settings['max_new_tokens']} new tokens per sample, seed {settings['seed']}; "
         "each strategy and mode starts from the same seed",
     ]
+    if metrics is not None:
+        lines += measures_markdown(metrics)
     prompts = list(dict.fromkeys(s.prompt for s in run.samples))
     for prompt in prompts:
         lines += ["", f"## Prompt `{prompt}`"]
@@ -129,7 +189,9 @@ def to_markdown(run: GenerationRun) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_generation_report(run: GenerationRun, markdown_path: str | Path, json_path: str | Path) -> None:
-    """Write both files, each atomically."""
-    write_text_atomic(json_path, run.to_json())
-    write_text_atomic(markdown_path, to_markdown(run))
+def read_generations(path: str | Path) -> GenerationRun:
+    """A `GenerationRun` saved by the generate stage."""
+    try:
+        return GenerationRun.from_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RnnlmError(f"{path}: cannot read the generations ({error}); run the generate stage") from error

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from rnnlm.atomic import atomic_path
 from rnnlm.checkpoint import Checkpoint
 from rnnlm.errors import RnnlmError
-from rnnlm.evaluate import windowed_nll
+from rnnlm.scoring import windowed_nll
 from rnnlm.model import build_model, config_from_params, count_parameters
 from rnnlm.params import Params, as_dict
 from rnnlm.tokenizers import Tokenizer

@@ -1,0 +1,33 @@
+"""DVC stage `evaluate`: measure what statefulness is worth for the trained model.
+
+Usage: python stages/evaluate.py CHECKPOINT PREPARED_DIR GENERATIONS_JSON METRICS_JSON CURVE_CSV
+Writes METRICS_JSON (state-reset curve, memory horizon, n-gram floor, text statistics per mode)
+and CURVE_CSV (the reset curve with the n-gram levels, for `dvc plots`).
+"""
+
+import sys
+from pathlib import Path
+
+from rnnlm.checkpoint import load_checkpoint
+from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.errors import run_main
+from rnnlm.evaluate import evaluate, write_metrics, write_reset_curve
+from rnnlm.params import load_params
+from rnnlm.report import read_generations
+
+
+def main() -> None:
+    checkpoint_path, prepared, generations_path, metrics_path, curve_path = sys.argv[1:]
+    params = load_params()
+    checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
+    train_text = read_corpus(Path(prepared) / TRAIN_FILE)
+    val_text = read_corpus(Path(prepared) / VAL_FILE)
+    metrics, curve = evaluate(checkpoint, train_text, val_text, read_generations(generations_path), params.evaluate)
+    write_metrics(metrics, metrics_path)
+    write_reset_curve(curve, metrics, curve_path)
+    print(f"{metrics['model']}: stateful {metrics['stateful_bpc']:.3f}, stateless {metrics['stateless_bpc']:.3f}, "
+          f"bigram {metrics['bigram_bpc']:.3f} bits per character; memory horizon {metrics['memory_horizon']}")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,27 @@
+"""DVC stage `report`: the generation report, measures first, then the two modes side by side.
+
+Usage: python stages/report.py GENERATIONS_JSON METRICS_JSON REPORT_MD
+"""
+
+import json
+import sys
+
+from rnnlm.atomic import write_text_atomic
+from rnnlm.errors import RnnlmError, run_main
+from rnnlm.report import read_generations, to_markdown
+
+
+def main() -> None:
+    generations_path, metrics_path, markdown_path = sys.argv[1:]
+    run = read_generations(generations_path)
+    try:
+        with open(metrics_path, encoding="utf-8") as file:
+            metrics = json.load(file)
+    except (OSError, ValueError) as error:
+        raise RnnlmError(f"{metrics_path}: cannot read the metrics ({error}); run the evaluate stage") from error
+    write_text_atomic(markdown_path, to_markdown(run, metrics))
+    print(f"wrote {markdown_path}")
+
+
+if __name__ == "__main__":
+    run_main(main)

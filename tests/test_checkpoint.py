@@ -95,3 +95,15 @@ def test_weights_that_do_not_fit_the_config(saved, tmp_path):
     save_checkpoint(tmp_path / "wrong.pt", wrong)
     with pytest.raises(CheckpointError, match="weights do not fit the recorded model config"):
         load_checkpoint(tmp_path / "wrong.pt").build_model()
+
+
+def test_a_checkpoint_from_another_tokenizer_kind(tmp_path, sentencepiece_checkpoint):
+    with pytest.raises(CheckpointError, match="trained with tokenizer sentencepiece/100/.*at hand is char/13/"):
+        load_checkpoint(sentencepiece_checkpoint, tokenizer=TOKENIZER.identity)
+
+
+def test_same_contents_same_bytes_whatever_the_file_name(saved, tmp_path):
+    checkpoint = load_checkpoint(saved[0])
+    save_checkpoint(tmp_path / "a.pt", checkpoint)
+    save_checkpoint(tmp_path / "b.pt", checkpoint)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()

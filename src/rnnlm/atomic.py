@@ -28,6 +28,9 @@ def _remove(path: Path) -> None:
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary sibling path of `dest`; move it onto `dest` only if the block succeeds."""
     dest = Path(dest)
+    existing = next(p for p in dest.parents if p.exists())  # the root always exists
+    if not existing.is_dir():
+        raise RnnlmError(f"cannot write {dest}: {existing} is a file, not a folder")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)

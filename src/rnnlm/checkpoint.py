@@ -9,13 +9,14 @@ given tokenizer and is the given model; each failure is one clear `CheckpointErr
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rnnlm.atomic import atomic_path
+from rnnlm.atomic import write_bytes_atomic
 from rnnlm.errors import RnnlmError
 from rnnlm.model import ModelConfig, RecurrentLM
 from rnnlm.tokenizers import Tokenizer, tokenizer_from_state
@@ -58,7 +59,7 @@ class Checkpoint:
 
 
 def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
-    """Write `checkpoint` to `path` atomically."""
+    """Write `checkpoint` to `path` atomically; the same contents always give the same bytes."""
     payload = {
         "format": FORMAT,
         "version": VERSION,
@@ -72,8 +73,11 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
         "optimizer_state": checkpoint.optimizer_state,
         "extra": checkpoint.extra,
     }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    # torch.save names the archive inside the file after the file, and the temporary file has a
+    # random name: serialising to memory first keeps equal checkpoints byte-identical.
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 def load_checkpoint(

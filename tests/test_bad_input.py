@@ -1,0 +1,126 @@
+"""Every bad input through the real stages: one clear line, a non-zero exit, no partial output."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, save_tiny_checkpoint, sha256_of, synthetic_play
+from tests.test_pipeline import _tiny_models
+
+CORPUS = synthetic_play(30_000)
+
+
+def _error_line(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (done.stderr + done.stdout).splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, done.stderr + done.stdout
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p.update(model="astra_delta"), "error: model: 'astra_delta' is not under models:; expected one of"),
+        (lambda p: p["train"].update(momentum=0.9), "error: train.momentum: unknown key; expected one of batch_size"),
+        (lambda p: p["models"]["astra_alpha"].update(hidden="big"), "error: models.astra_alpha.hidden: expected a positive integer, got 'big'"),
+        (lambda p: p["models"]["astra_alpha"].update(lr=-0.1), "error: models.astra_alpha.lr: expected a positive number, got -0.1"),
+        (lambda p: p["evaluate"].update(reset_every=[]), "error: evaluate.reset_every: expected a non-empty list of positive integers, got []"),
+        (lambda p: p["generate"].update(prompts=[""]), "error: generate.prompts: expected a non-empty list of non-empty strings, got ['']"),
+    ],
+)
+def test_params_errors_through_dvc_repro(tmp_path, edit, message):
+    def broken(params):
+        _tiny_models(params)
+        edit(params)
+
+    root = make_dvc_repo(tmp_path / "repo", CORPUS, broken)
+    done = run(["dvc", "repro"], root, check=False)
+    assert done.returncode != 0
+    assert _error_line(done).startswith(message)
+    assert not (root / "data/raw/tinyshakespeare.txt").exists()  # the first stage already refused
+
+
+def test_corpus_checksum_mismatch(tmp_path):
+    def wrong_hash(params):
+        _tiny_models(params)
+        params["data"]["sha256"] = "0" * 64
+
+    root = make_dvc_repo(tmp_path / "repo", CORPUS, wrong_hash)
+    done = run(["dvc", "repro"], root, check=False)
+    assert done.returncode != 0
+    line = _error_line(done)
+    assert "sha256 mismatch: expected " + "0" * 64 + ", got " + sha256_of(CORPUS.encode()) in line
+    assert list((root / "data").rglob("*.txt")) == []
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"", "the corpus is empty; expected UTF-8 text"),
+    ("caf\u00e9 ".encode("latin-1") * 100, "not UTF-8 text (invalid byte 0xe9 at offset 3)"),
+])
+def test_empty_or_non_utf8_corpus(tmp_path, body, message):
+    source = tmp_path / "corpus.bin"
+    source.write_bytes(body)
+
+    def point_at_it(params):
+        _tiny_models(params)
+        params["data"].update(url=source.as_uri(), sha256=sha256_of(body))
+
+    root = make_dvc_repo(tmp_path / "repo", CORPUS, point_at_it)
+    done = run(["dvc", "repro"], root, check=False)
+    assert done.returncode != 0
+    assert message in _error_line(done)
+    assert not (root / "data/prepared").exists()
+
+
+@pytest.fixture
+def stage_dir(tmp_path, raw_params):
+    """A folder with a valid params.yaml selecting astra_alpha, to run stage scripts in."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw_params))
+    return tmp_path
+
+
+def _stage(name: str, cwd, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{name}.py"), *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True)
+
+
+def test_truncated_checkpoint(stage_dir, char_checkpoint):
+    cut = stage_dir / "model.pt"
+    cut.write_bytes(char_checkpoint.read_bytes()[:500])
+    done = _stage("generate", stage_dir, cut, stage_dir / "out.json")
+    assert done.returncode == 1 and "not a readable checkpoint" in _error_line(done)
+    assert not (stage_dir / "out.json").exists()
+
+
+def test_not_a_checkpoint(stage_dir):
+    (stage_dir / "model.pt").write_text("weights, honest")
+    done = _stage("generate", stage_dir, stage_dir / "model.pt", stage_dir / "out.json")
+    assert done.returncode == 1 and "not a readable checkpoint" in _error_line(done)
+
+
+def test_checkpoint_of_another_model_than_the_selected_one(stage_dir, char_checkpoint, raw_params):
+    raw_params["model"] = "astra_beta"
+    (stage_dir / "params.yaml").write_text(yaml.safe_dump(raw_params))
+    done = _stage("generate", stage_dir, char_checkpoint, stage_dir / "out.json")
+    assert done.returncode == 1
+    assert re.search(r"a checkpoint of model 'astra_alpha', expected 'astra_beta'$", _error_line(done))
+    assert not (stage_dir / "out.json").exists()
+
+
+def test_output_folder_that_cannot_be_written(stage_dir):
+    corpus = stage_dir / "corpus.txt"
+    corpus.write_text(CORPUS)
+    (stage_dir / "blocker").write_text("a file where a folder should be")
+    done = _stage("prepare", stage_dir, corpus, stage_dir / "blocker" / "prepared")
+    assert done.returncode == 1
+    assert re.match(r"error: cannot write .*blocker/prepared: .*blocker is a file, not a folder$", _error_line(done))
+
+
+def test_checkpoints_are_only_ever_loaded_weights_only():
+    calls = [(path, line) for path in (REPO_ROOT / "src").rglob("*.py")
+             for line in path.read_text().splitlines() if "torch.load(" in line]
+    assert calls and all("weights_only=True" in line for _, line in calls), calls

@@ -160,3 +160,13 @@ def test_cuda_without_gpu_stops_the_stage(tmp_path):
     assert done.returncode != 0
     assert "error: train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'" in done.stderr + done.stdout
     assert not (root / "models/model.pt").exists()
+
+
+def test_stages_import_the_library_of_their_own_checkout(tmp_path):
+    """A queued experiment runs a temporary copy of its commit: its stages must not import the
+    library that `pip install -e .` points at, but the copy's own src/."""
+    root = make_dvc_repo(tmp_path / "repo", synthetic_play(30_000), _tiny_models)
+    init = root / "src/rnnlm/__init__.py"
+    init.write_text(init.read_text() + "\nimport pathlib\npathlib.Path('imported-from-this-checkout').touch()\n")
+    run(["dvc", "repro", "download"], root)
+    assert (root / "imported-from-this-checkout").exists()

@@ -36,35 +36,25 @@ def _uniform_(tensor: Tensor, fan_in: int) -> None:
     nn.init.uniform_(tensor, -bound, bound)
 
 
-class GRUCell(nn.Module):
-    """The study's GRU: the reset gate scales h *before* its matrix (unlike PyTorch's GRU).
+class _Cell(nn.Module):
+    """What the cells share: every gate's input-side matrix stacked in `weight_ih` (G*H, I) with its
+    bias `bias_ih`, the hidden-side matrices stacked in `weight_hh` (G*H, H), and a state that is
+    h alone (the LSTM overrides the three state methods for (h, c))."""
 
-        r  = sigmoid(W_rx x + b_rx + W_rh h + b_r)
-        z  = sigmoid(W_zx x + b_zx + W_zh h + b_z)
-        h~ = tanh(W_x x + b_x + W_h (r * h))
-        h' = (1 - z) * h + z * h~
-
-    Hidden-side matrices have no bias; r and z each have one extra bias vector (b_r, b_z).
-    Parameters: 3*I*H + 3*H*H + 5*H.
-    """
-
-    gates = 3
+    gates: int
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
-        H = hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(3 * H, input_size))  # rows: W_rx, W_zx, W_x
-        self.bias_ih = nn.Parameter(torch.empty(3 * H))  # b_rx, b_zx, b_x
-        self.weight_hh = nn.Parameter(torch.empty(3 * H, H))  # rows: W_rh, W_zh, W_h
-        self.bias_rz = nn.Parameter(torch.zeros(2 * H))  # b_r, b_z
-        self.reset_parameters()
+        rows = self.gates * hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(rows, input_size))
+        self.bias_ih = nn.Parameter(torch.empty(rows))
+        self.weight_hh = nn.Parameter(torch.empty(rows, hidden_size))
 
     def reset_parameters(self) -> None:
         _uniform_(self.weight_ih, self.input_size)
         _uniform_(self.bias_ih, self.input_size)
         _uniform_(self.weight_hh, self.hidden_size)
-        nn.init.zeros_(self.bias_rz)
 
     def zero_state(self, batch: int, like: Tensor) -> Tensor:
         return like.new_zeros(batch, self.hidden_size)
@@ -76,6 +66,31 @@ class GRUCell(nn.Module):
     @staticmethod
     def with_hidden(state: Tensor, h: Tensor) -> Tensor:
         return h
+
+
+class GRUCell(_Cell):
+    """The study's GRU: the reset gate scales h *before* its matrix (unlike PyTorch's GRU).
+
+        r  = sigmoid(W_rx x + b_rx + W_rh h + b_r)
+        z  = sigmoid(W_zx x + b_zx + W_zh h + b_z)
+        h~ = tanh(W_x x + b_x + W_h (r * h))
+        h' = (1 - z) * h + z * h~
+
+    Hidden-side matrices have no bias; r and z each have one extra bias vector (b_r, b_z).
+    Rows of weight_ih: W_rx, W_zx, W_x; of bias_ih: b_rx, b_zx, b_x; of weight_hh: W_rh, W_zh, W_h.
+    Parameters: 3*I*H + 3*H*H + 5*H.
+    """
+
+    gates = 3
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(input_size, hidden_size)
+        self.bias_rz = nn.Parameter(torch.zeros(2 * hidden_size))  # b_r, b_z
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        nn.init.zeros_(self.bias_rz)
 
     def step(self, x: Tensor, h: Tensor) -> Tensor:
         """One step, gate by gate. x (B, I), h (B, H) -> h' (B, H)."""
@@ -89,31 +104,21 @@ class GRUCell(nn.Module):
         return (1 - z) * h + z * candidate
 
 
-class LSTMCell(nn.Module):
+class LSTMCell(_Cell):
     """An LSTM with one bias per gate, on the input side only.
 
         i = sigmoid(W_xi x + b_i + W_hi h)      f = sigmoid(W_xf x + b_f + W_hf h)
         o = sigmoid(W_xo x + b_o + W_ho h)      g = tanh(W_xg x + b_g + W_hg h)
         c' = f * c + i * g                      h' = o * tanh(c')
 
-    Parameters: 4*I*H + 4*H + 4*H*H.
+    Gate rows in the fused matrices: i, f, o, g. Parameters: 4*I*H + 4*H + 4*H*H.
     """
 
     gates = 4
 
     def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        self.input_size, self.hidden_size = input_size, hidden_size
-        H = hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(4 * H, input_size))  # rows: i, f, o, g
-        self.bias_ih = nn.Parameter(torch.empty(4 * H))
-        self.weight_hh = nn.Parameter(torch.empty(4 * H, H))
+        super().__init__(input_size, hidden_size)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        _uniform_(self.weight_ih, self.input_size)
-        _uniform_(self.bias_ih, self.input_size)
-        _uniform_(self.weight_hh, self.hidden_size)
 
     def zero_state(self, batch: int, like: Tensor) -> tuple[Tensor, Tensor]:
         zeros = like.new_zeros(batch, self.hidden_size)
@@ -141,34 +146,14 @@ class LSTMCell(nn.Module):
         return o * torch.tanh(c), c
 
 
-class RNNCell(nn.Module):
+class RNNCell(_Cell):
     """The plain (Elman) tanh RNN: h' = tanh(W_x x + b + W_h h). Parameters: I*H + H + H*H."""
 
     gates = 1
 
     def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        self.input_size, self.hidden_size = input_size, hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size))
-        self.bias_ih = nn.Parameter(torch.empty(hidden_size))
-        self.weight_hh = nn.Parameter(torch.empty(hidden_size, hidden_size))
+        super().__init__(input_size, hidden_size)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        _uniform_(self.weight_ih, self.input_size)
-        _uniform_(self.bias_ih, self.input_size)
-        _uniform_(self.weight_hh, self.hidden_size)
-
-    def zero_state(self, batch: int, like: Tensor) -> Tensor:
-        return like.new_zeros(batch, self.hidden_size)
-
-    @staticmethod
-    def hidden(state: Tensor) -> Tensor:
-        return state
-
-    @staticmethod
-    def with_hidden(state: Tensor, h: Tensor) -> Tensor:
-        return h
 
     def step(self, x: Tensor, h: Tensor) -> Tensor:
         """One step. x (B, I), h (B, H) -> h' (B, H)."""
@@ -178,7 +163,7 @@ class RNNCell(nn.Module):
 class RecurrentLayer(nn.Module):
     """A cell run over a sequence; subclasses provide the cell and the fast `_scan`."""
 
-    cell_class: type[nn.Module]
+    cell_class: type[_Cell]
 
     def __init__(self, input_size: int, hidden_size: int, dropout: float = 0.0, drop_state: bool = True):
         super().__init__()

@@ -13,7 +13,7 @@ from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.errors import run_main
 from rnnlm.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.params import load_params
-from rnnlm.report import read_generations
+from rnnlm.generations import read_generations
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from rnnlm.atomic import write_text_atomic
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.errors import run_main
 from rnnlm.params import load_params
-from rnnlm.report import run_generations
+from rnnlm.generations import run_generations
 
 
 def main() -> None:

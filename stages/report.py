@@ -8,7 +8,8 @@ import sys
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.errors import RnnlmError, run_main
-from rnnlm.report import read_generations, to_markdown
+from rnnlm.generations import read_generations
+from rnnlm.report import to_markdown
 
 
 def main() -> None:

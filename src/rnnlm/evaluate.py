@@ -32,7 +32,7 @@ from rnnlm.checkpoint import Checkpoint
 from rnnlm.corpus import character_vocabulary
 from rnnlm.ngram import NGramModel
 from rnnlm.params import EvaluateParams
-from rnnlm.report import GenerationRun
+from rnnlm.generations import GenerationRun
 from rnnlm.scoring import Score, bits_per_char, streamed_nll, windowed_nll
 from rnnlm.sampling import MODES
 from rnnlm.textstats import text_statistics, word_vocabulary
@@ -118,7 +118,7 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
     chars = predicted_chars(tokenizer, val_text, val_ids)
     curve = reset_curve(model, torch.tensor(val_ids, dtype=torch.long), list(settings.reset_every), chars)
     floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
-    stateless = next((p for p in curve if p.k == 1), None)
+    stateless = next((p for p in curve if p.k == 1), None)  # absent if reset_every leaves out 1
     metrics = {
         "model": checkpoint.model_name,
         "tokens": tokenizer.kind,
@@ -126,9 +126,10 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
         "val_chars": chars,
         "stateful_bpc": curve[-1].bpc,
         "stateless_bpc": stateless.bpc if stateless else None,
-        "bigram_bpc": floor.get(2),
-        "stateless_minus_bigram_bpc": stateless.bpc - floor[2] if stateless and 2 in floor else None,
+        "bigram_bpc": floor[2],  # params hold ngram_max_order to at least 2
+        "stateless_minus_bigram_bpc": stateless.bpc - floor[2] if stateless else None,
         "memory_horizon": memory_horizon(curve, settings.horizon_tolerance),
+        "memory_horizon_tolerance": settings.horizon_tolerance,
         "reset_curve_bpc": {p.label: p.bpc for p in curve},
         "reset_curve_nats_per_token": {p.label: p.score.mean for p in curve},
         "ngram_bpc": {ORDER_NAMES.get(order, f"{order}gram"): bpc for order, bpc in floor.items()},

@@ -107,3 +107,33 @@ def test_gru_step_applies_the_reset_gate_before_the_matrix():
     # PyTorch's GRU would compute r * (W_h h): (1 * -0.8, ~0 * 0.6), a different state
     pytorch_style = 0.5 * h + 0.5 * torch.tanh(r * torch.tensor([-0.8, 0.6]))
     assert not torch.allclose(expected, pytorch_style, atol=1e-3)
+
+
+def test_dropout_masks_keep_one_minus_p_and_average_one():
+    layer = LAYERS["gru"](4, 50, dropout=0.15).train()
+    torch.manual_seed(3)
+    masks = layer.dropout_masks(200, 40, torch.zeros(()))  # 400,000 units
+    kept = masks > 0
+    assert masks.shape == (200, 40, 50)
+    assert set(masks.unique().tolist()) == {0.0, masks.max().item()}
+    assert abs(kept.double().mean().item() - 0.85) < 0.003  # ~5 standard deviations
+    assert masks.max().item() == pytest.approx(2**16 / round(0.85 * 2**16), rel=1e-12)
+    assert layer.eval().dropout_masks(3, 2, torch.zeros(())) is None
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_scan_gradients_pass_gradcheck(cell):
+    """Finite differences against the hand-written backward, masks included."""
+    layer = _randomised(LAYERS[cell](3, 4))
+    products = torch.randn(5, 2, layer.cell.gates * 4, requires_grad=True)
+    masks = (torch.rand(5, 2, 4) > 0.3).double() / 0.7
+    state = _random_state(layer, 2)
+    state = tuple(s.requires_grad_() for s in state) if isinstance(state, tuple) else state.requires_grad_()
+
+    def f(products, *flat_state):
+        s = flat_state if len(flat_state) == 2 else flat_state[0]
+        hs, final = layer.scan(products, s, masks)
+        return hs, _flat(final)
+
+    flat = state if isinstance(state, tuple) else (state,)
+    assert torch.autograd.gradcheck(f, (products, *flat))

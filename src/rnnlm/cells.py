@@ -7,11 +7,13 @@ compute the same function:
 
 - `reference_forward`: the cell's `step`, one time step after another;
 - `forward` (used for training and sampling): the input-side products of all time steps in one
-  matrix product, then per step only the hidden-side products, with the gates that can share one
-  product fused into it.
+  matrix product (`input_products`), then `scan`: per step only the hidden-side products, with a
+  backward pass written by hand (see `rnnlm.scans`).
 
 Layer in:  x (B, T, I), state (None means zeros), optional dropout masks (T, B, H).
 Layer out: outputs (B, T, H) (the hidden state of every step) and the final state.
+`scan` is the time-major core: input products (T, B, G*H) in, states (T, B, H) out; the model
+calls it directly, so that its first layer can take its input products from a table.
 A state is h (B, H) for the GRU and the tanh RNN, and (h, c) for the LSTM.
 
 Dropout (`drop_state=True`, the study's choice) multiplies each step's new hidden state by a
@@ -26,6 +28,8 @@ from typing import Union
 
 import torch
 from torch import Tensor, nn
+
+from rnnlm.scans import GRUScan, LSTMScan, RNNScan
 
 State = Union[Tensor, tuple[Tensor, Tensor]]
 
@@ -176,25 +180,33 @@ class RecurrentLayer(nn.Module):
         return self.cell.hidden_size
 
     def dropout_masks(self, steps: int, batch: int, like: Tensor) -> Tensor | None:
-        """Masks (T, B, H) scaled by 1/(1-p) for state dropout, or None when it is off."""
+        """Masks (T, B, H) of 0 and 1/keep for state dropout, or None when it is off.
+
+        A unit is kept when a uniform 16-bit integer falls below round(keep * 2^16): drawing 16-bit
+        integers costs half of what float draws cost on the CPU, and drawing is most of a mask's cost.
+        The keep probability is then within 2^-17 of 1 - p (0.899994 for p = 0.1), and the scale uses
+        that exact probability, so the expected mask is exactly 1.
+        """
         if not (self.training and self.drop_state and self.dropout > 0):
             return None
-        keep = 1.0 - self.dropout
-        return like.new_empty(steps, batch, self.hidden_size).bernoulli_(keep).div_(keep)
+        threshold = round((1.0 - self.dropout) * 2**16)
+        draws = torch.randint(-(2**15), 2**15, (steps, batch, self.hidden_size), dtype=torch.int16, device=like.device)
+        kept = draws < threshold - 2**15
+        return torch.where(kept, like.new_tensor(2**16 / threshold), like.new_zeros(()))
 
-    def _prepare(self, x: Tensor, state: State | None, masks: Tensor | None) -> tuple[State, Tensor | None]:
-        B, T, _ = x.shape
+    def _prepare(self, batch: int, steps: int, like: Tensor, state: State | None, masks: Tensor | None):
         if state is None:
-            state = self.cell.zero_state(B, x)
+            state = self.cell.zero_state(batch, like)
         if masks is None:
-            masks = self.dropout_masks(T, B, x)
+            masks = self.dropout_masks(steps, batch, like)
         return state, masks
 
     def reference_forward(
         self, x: Tensor, state: State | None = None, masks: Tensor | None = None
     ) -> tuple[Tensor, State]:
         """The cell's readable `step`, applied one time step after another."""
-        state, masks = self._prepare(x, state, masks)
+        B, T, _ = x.shape
+        state, masks = self._prepare(B, T, x, state, masks)
         outputs = []
         for t in range(x.shape[1]):
             state = self.cell.step(x[:, t], state)
@@ -204,78 +216,55 @@ class RecurrentLayer(nn.Module):
         return torch.stack(outputs, dim=1), state
 
     def forward(self, x: Tensor, state: State | None = None, masks: Tensor | None = None) -> tuple[Tensor, State]:
-        """The fast form: x (B, T, I) -> outputs (B, T, H), final state."""
-        state, masks = self._prepare(x, state, masks)
-        cell = self.cell
-        # All time steps' input-side products at once, time-major so each step's slice is contiguous.
-        gates_x = torch.nn.functional.linear(x.transpose(0, 1), cell.weight_ih, cell.bias_ih)  # (T, B, G*H)
-        outputs, state = self._scan(gates_x, state, masks)
-        return torch.stack(outputs, dim=1), state
+        """The fast form: x (B, T, I) -> outputs (B, T, H) (a view of time-major memory), final state."""
+        hs, state = self.scan(self.input_products(x.transpose(0, 1)), state, masks)  # (T, B, H)
+        return hs.transpose(0, 1), state
 
-    def _scan(self, gates_x: Tensor, state: State, masks: Tensor | None) -> tuple[list[Tensor], State]:
+    def input_products(self, x: Tensor) -> Tensor:
+        """x (T, B, I) -> x W_ih^T (T, B, G*H) for every step in one product; the biases come in `scan`."""
+        return torch.matmul(x, self.cell.weight_ih.T)
+
+    def scan(self, products: Tensor, state: State | None = None, masks: Tensor | None = None) -> tuple[Tensor, State]:
+        """Input products (T, B, G*H) -> the state after every step (T, B, H), and the final state."""
+        T, B, _ = products.shape
+        state, masks = self._prepare(B, T, products, state, masks)
+        return self._scan(products, state, masks)
+
+    def _scan(self, products: Tensor, state: State, masks: Tensor | None) -> tuple[Tensor, State]:
         raise NotImplementedError
 
 
 class GRULayer(RecurrentLayer):
-    """The study's GRU over a sequence. Per step: one (H -> 2H) product for r and z, one (H -> H)."""
+    """The study's GRU over a sequence (see `scans.GRUScan`)."""
 
     cell_class = GRUCell
 
-    def _scan(self, gates_x: Tensor, h: Tensor, masks: Tensor | None) -> tuple[list[Tensor], Tensor]:
-        H = self.hidden_size
-        weight_rz, weight_n = self.cell.weight_hh[: 2 * H], self.cell.weight_hh[2 * H :]
-        x_rz = gates_x[..., : 2 * H] + self.cell.bias_rz  # (T, B, 2H): both r/z biases folded in once
-        x_n = gates_x[..., 2 * H :]  # (T, B, H)
-        outputs = []
-        for t in range(gates_x.shape[0]):
-            rz = torch.sigmoid(torch.addmm(x_rz[t], h, weight_rz.T))  # (B, 2H)
-            r, z = rz[:, :H], rz[:, H:]
-            candidate = torch.tanh(torch.addmm(x_n[t], r * h, weight_n.T))  # (B, H)
-            h = torch.lerp(h, candidate, z)  # (1 - z) * h + z * candidate
-            if masks is not None:
-                h = h * masks[t]
-            outputs.append(h)
-        return outputs, h
+    def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
+        c = self.cell
+        hs = GRUScan.apply(products, h, c.weight_hh, c.bias_ih, c.bias_rz, masks)
+        return hs, hs[-1]
 
 
 class LSTMLayer(RecurrentLayer):
-    """The LSTM over a sequence. Per step: one (H -> 4H) product for all four gates."""
+    """The LSTM over a sequence (see `scans.LSTMScan`)."""
 
     cell_class = LSTMCell
 
     def _scan(
-        self, gates_x: Tensor, state: tuple[Tensor, Tensor], masks: Tensor | None
-    ) -> tuple[list[Tensor], tuple[Tensor, Tensor]]:
-        H = self.hidden_size
-        h, c = state
-        weight_hh_t = self.cell.weight_hh.T
-        outputs = []
-        for t in range(gates_x.shape[0]):
-            gates = torch.addmm(gates_x[t], h, weight_hh_t)  # (B, 4H): i, f, o, g
-            ifo = torch.sigmoid(gates[:, : 3 * H])
-            g = torch.tanh(gates[:, 3 * H :])
-            c = torch.addcmul(ifo[:, H : 2 * H] * c, ifo[:, :H], g)  # f * c + i * g
-            h = ifo[:, 2 * H :] * torch.tanh(c)
-            if masks is not None:
-                h = h * masks[t]
-            outputs.append(h)
-        return outputs, (h, c)
+        self, products: Tensor, state: tuple[Tensor, Tensor], masks: Tensor | None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        hs, c_last = LSTMScan.apply(products, state[0], state[1], self.cell.weight_hh, self.cell.bias_ih, masks)
+        return hs, (hs[-1], c_last)
 
 
 class RNNLayer(RecurrentLayer):
-    """The tanh RNN over a sequence. Per step: one (H -> H) product."""
+    """The tanh RNN over a sequence (see `scans.RNNScan`)."""
 
     cell_class = RNNCell
 
-    def _scan(self, gates_x: Tensor, h: Tensor, masks: Tensor | None) -> tuple[list[Tensor], Tensor]:
-        weight_hh_t = self.cell.weight_hh.T
-        outputs = []
-        for t in range(gates_x.shape[0]):
-            h = torch.tanh(torch.addmm(gates_x[t], h, weight_hh_t))
-            if masks is not None:
-                h = h * masks[t]
-            outputs.append(h)
-        return outputs, h
+    def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
+        hs = RNNScan.apply(products, h, self.cell.weight_hh, self.cell.bias_ih, masks)
+        return hs, hs[-1]
 
 
 LAYERS: dict[str, type[RecurrentLayer]] = {"gru": GRULayer, "lstm": LSTMLayer, "rnn": RNNLayer}

@@ -15,14 +15,17 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rnnlm.cells import LAYERS, State
 from rnnlm.corpus import read_vocabulary
 from rnnlm.errors import ParamsError, RnnlmError, run_main
 from rnnlm.params import ModelParams, load_params, select_model
+from rnnlm.window_mlp import WindowMLP
 
 ModelState = tuple[State, ...]
 
@@ -39,15 +42,18 @@ class ModelConfig:
     dropout: float = 0.0
     dropout_mode: str = "state"
     layer_norm: bool = False
+    window: int = 0  # cell "mlp" only: how many tokens the fixed-window model sees
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, object]) -> ModelConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(raw, dict) or set(raw) != names:
-            raise RnnlmError(f"model config {raw!r}: expected exactly the keys {sorted(names)}")
+        fields = dataclasses.fields(cls)
+        required = {f.name for f in fields if f.default is dataclasses.MISSING}
+        names = {f.name for f in fields}
+        if not isinstance(raw, dict) or not required <= set(raw) <= names:
+            raise RnnlmError(f"model config {raw!r}: expected the keys {sorted(names)}")
         return cls(**raw)  # type: ignore[arg-type]
 
 
@@ -72,24 +78,46 @@ class RecurrentLM(nn.Module):
         self.head = nn.Linear(config.hidden, config.vocab_size)
 
     def forward(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
-        """tokens (B, T) int64, state per layer or None -> logits (B, T, V), new state per layer."""
+        """tokens (B, T) int64, state per layer or None -> logits (B, T, V), new state per layer.
+
+        Runs time-major inside (the logits are a (B, T, V) view of (T, B, V) memory). The embedding
+        and the first layer's input matrix are applied as one table of V rows, `first_layer_table`:
+        the same function as embedding then product, without a product over all B*T tokens.
+        """
         if state is not None and len(state) != len(self.layers):
             raise ValueError(f"state has {len(state)} layers, the model {len(self.layers)}")
-        x = self.embedding(tokens)  # (B, T, E)
+        x = None
         new_state = []
         for i, layer in enumerate(self.layers):
-            x, layer_state = layer(x, None if state is None else state[i])  # (B, T, H)
+            if i == 0:
+                products = F.embedding(tokens.T, self.first_layer_table())  # (T, B, G*H)
+            else:
+                products = layer.input_products(x)
+            x, layer_state = layer.scan(products, None if state is None else state[i])  # (T, B, H)
             new_state.append(layer_state)
             if self.between is not None and i < len(self.layers) - 1:
                 x = self.between(x)
         if self.norm is not None:
             x = self.norm(x)
-        return self.head(x), tuple(new_state)  # (B, T, V)
+        return self.head(x).transpose(0, 1), tuple(new_state)  # (B, T, V)
+
+    def first_layer_table(self) -> Tensor:
+        """(V, G*H): row v is token v's embedding times the first layer's input matrix."""
+        return self.embedding.weight @ self.layers[0].cell.weight_ih.T
 
 
-def build_model(model: ModelParams, vocab_size: int) -> RecurrentLM:
+LanguageModel = Union[RecurrentLM, WindowMLP]
+"""Every model: `forward(tokens (B, T), state=None) -> (logits (B, T, V), state)` and `.config`."""
+
+
+def model_from_config(config: ModelConfig) -> LanguageModel:
+    """A new model for `config`: the fixed-window MLP for cell "mlp", else a recurrent model."""
+    return WindowMLP(config) if config.cell == "mlp" else RecurrentLM(config)
+
+
+def build_model(model: ModelParams, vocab_size: int) -> LanguageModel:
     """The model that the params entry `model` describes, for a vocabulary of `vocab_size`."""
-    return RecurrentLM(config_from_params(model, vocab_size))
+    return model_from_config(config_from_params(model, vocab_size))
 
 
 def config_from_params(model: ModelParams, vocab_size: int) -> ModelConfig:
@@ -102,6 +130,7 @@ def config_from_params(model: ModelParams, vocab_size: int) -> ModelConfig:
         dropout=model.dropout,
         dropout_mode=model.dropout_mode,
         layer_norm=model.layer_norm,
+        window=model.window,
     )
 
 
@@ -109,18 +138,19 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def summary(model: RecurrentLM, name: str) -> str:
+def summary(model: LanguageModel, name: str) -> str:
     """A printable description: architecture, every parameter tensor, total and size as float32."""
     c = model.config
     total = count_parameters(model)
+    mlp = c.cell == "mlp"
+    dropout_where = "between layers" if mlp or c.dropout_mode == "between" else "on the carried state"
     lines = [
         f"{name}: {c.cell.upper()} language model, {c.layers} layer(s), embedding {c.embd}, "
-        f"hidden {c.hidden}, vocabulary {c.vocab_size}",
-        f"dropout {c.dropout} ({'on the carried state' if c.dropout_mode == 'state' else 'between layers'})"
-        + (", LayerNorm before the output" if c.layer_norm else ""),
+        f"hidden {c.hidden}, vocabulary {c.vocab_size}" + (f", window {c.window} tokens" if mlp else ""),
+        f"dropout {c.dropout} ({dropout_where})" + (", LayerNorm before the output" if c.layer_norm else ""),
         "",
-        "architecture: Embedding -> "
-        + " -> ".join(type(layer).__name__ for layer in model.layers)
+        f"architecture: Embedding{f' of {c.window} tokens, concatenated' if mlp else ''} -> "
+        + " -> ".join(type(layer).__name__ + (" + tanh" if mlp else "") for layer in model.layers)
         + (" -> LayerNorm" if c.layer_norm else "")
         + " -> Linear",
         "",

@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from rnnlm.errors import RnnlmError
-from rnnlm.model import RecurrentLM
+from rnnlm.model import LanguageModel
+from rnnlm.stepping import make_step
 
 MODES = ("stateless", "stateful")
 STRATEGIES = ("greedy", "temperature", "top_k", "top_p")
@@ -100,7 +101,7 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
 
 @torch.no_grad()
 def generate(
-    model: RecurrentLM,
+    model: LanguageModel,
     prompt: list[int],
     *,
     mode: str,
@@ -120,14 +121,19 @@ def generate(
     device = next(model.parameters()).device
     prompt_ids = torch.tensor(prompt, dtype=torch.long, device=device).expand(num_samples, -1)  # (N, P)
     stateful = mode == "stateful"
+    step = make_step(model)
     # Stateful: the whole prompt builds the state. Stateless: only the last token is ever seen.
-    logits, state = model(prompt_ids if stateful else prompt_ids[:, -1:], None)  # (N, *, V)
+    if stateful:
+        logits, state = model(prompt_ids, None)
+        logits = logits[:, -1]  # (N, V)
+    else:
+        logits, state = step(prompt_ids[:, -1], None)
     out = torch.empty(num_samples, max_new_tokens, dtype=torch.long, device=device)
     for i in range(max_new_tokens):
-        token = pick(logits[:, -1], decoding, generator)  # (N,)
+        token = pick(logits, decoding, generator)  # (N,)
         out[:, i] = token
         if on_token is not None:
             on_token(token)
         if i + 1 < max_new_tokens:
-            logits, state = model(token[:, None], state if stateful else None)
+            logits, state = step(token, state if stateful else None)
     return out

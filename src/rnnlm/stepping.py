@@ -1,0 +1,134 @@
+"""One-token steps for sampling: a model's weights arranged once, then a few operations per token.
+
+A `Stepper` copies a `RecurrentLM`'s weights into the layout a single step wants:
+
+- the embedding and the first layer's input-side matrix are folded into one table (V, G*H), so
+  the first layer's input product is a row lookup;
+- every other matrix is stored transposed and contiguous, and the GRU's extra r/z biases are added
+  into the input-side bias, so each gate product is one `addmm`;
+- it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
+
+In:  tokens (B,) int64 and a state in the model's format (one entry per layer, h or (h, c);
+     None means zeros). Out: logits (B, V) and the new state. Same function as
+     `model(tokens[:, None], state)`, to rounding; tests hold it to that.
+
+The weights are copied when the stepper is made: make a new one after the weights change.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rnnlm.cells import GRULayer, LSTMLayer, RecurrentLayer, RNNLayer
+from rnnlm.model import LanguageModel, ModelState, RecurrentLM
+
+
+class _LayerStep:
+    """One layer's arranged weights and its step. `input_t` (I, G*H) is None for the first layer,
+    whose input product comes from the folded embedding table."""
+
+    def __init__(self, layer: RecurrentLayer, input_t: Tensor | None, bias: Tensor):
+        self.hidden_size = layer.hidden_size
+        self.input_t, self.bias = input_t, bias  # (I, G*H), (G*H)
+
+    def gates_x(self, x: Tensor) -> Tensor:
+        """Input-side products (B, G*H) from the layer below's output x (B, I)."""
+        return torch.addmm(self.bias, x, self.input_t)
+
+    def zero_state(self, batch: int, like: Tensor):
+        return like.new_zeros(batch, self.hidden_size)
+
+    def step(self, gates_x: Tensor, state):
+        raise NotImplementedError
+
+
+class _GRUStep(_LayerStep):
+    def __init__(self, layer: GRULayer, input_t: Tensor | None, bias: Tensor):
+        H = layer.hidden_size
+        super().__init__(layer, input_t, torch.cat([bias[: 2 * H] + layer.cell.bias_rz, bias[2 * H :]]))
+        self.rz_t = layer.cell.weight_hh[: 2 * H].T.contiguous()  # (H, 2H)
+        self.n_t = layer.cell.weight_hh[2 * H :].T.contiguous()  # (H, H)
+
+    def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
+        H = self.hidden_size
+        rz = torch.addmm(gates_x[:, : 2 * H], h, self.rz_t).sigmoid_()  # (B, 2H)
+        candidate = torch.addmm(gates_x[:, 2 * H :], rz[:, :H] * h, self.n_t).tanh_()  # (B, H)
+        return torch.lerp(h, candidate, rz[:, H:])
+
+
+class _LSTMStep(_LayerStep):
+    def __init__(self, layer: LSTMLayer, input_t: Tensor | None, bias: Tensor):
+        super().__init__(layer, input_t, bias)
+        self.hh_t = layer.cell.weight_hh.T.contiguous()  # (H, 4H)
+
+    def zero_state(self, batch: int, like: Tensor):
+        return like.new_zeros(batch, self.hidden_size), like.new_zeros(batch, self.hidden_size)
+
+    def step(self, gates_x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        H = self.hidden_size
+        h, c = state
+        gates = torch.addmm(gates_x, h, self.hh_t)  # (B, 4H): i, f, o, g
+        gates[:, : 3 * H].sigmoid_()
+        gates[:, 3 * H :].tanh_()
+        c = torch.addcmul(gates[:, H : 2 * H] * c, gates[:, :H], gates[:, 3 * H :])
+        return gates[:, 2 * H : 3 * H] * torch.tanh(c), c
+
+
+class _RNNStep(_LayerStep):
+    def __init__(self, layer: RNNLayer, input_t: Tensor | None, bias: Tensor):
+        super().__init__(layer, input_t, bias)
+        self.hh_t = layer.cell.weight_hh.T.contiguous()  # (H, H)
+
+    def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
+        return torch.addmm(gates_x, h, self.hh_t).tanh_()
+
+
+_STEPS: dict[type[RecurrentLayer], type[_LayerStep]] = {GRULayer: _GRUStep, LSTMLayer: _LSTMStep, RNNLayer: _RNNStep}
+
+
+class Stepper:
+    """A model's one-token step with its weights arranged once; see the module docstring."""
+
+    @torch.inference_mode()
+    def __init__(self, model: RecurrentLM):
+        self.layers: list[_LayerStep] = []
+        for i, layer in enumerate(model.layers):
+            cell = layer.cell
+            input_t = None if i == 0 else cell.weight_ih.T.contiguous()
+            self.layers.append(_STEPS[type(layer)](layer, input_t, cell.bias_ih.clone()))
+        # Row v is token v's input-side products in the first layer, biases included: (V, G*H).
+        self.table = model.first_layer_table() + self.layers[0].bias
+        self.norm = model.norm
+        self.head_t = model.head.weight.T.contiguous()  # (H, V)
+        self.head_bias = model.head.bias.clone()
+
+    @torch.inference_mode()
+    def __call__(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
+        """tokens (B,) -> logits (B, V), new state (one entry per layer)."""
+        x = None
+        new_state = []
+        for i, layer in enumerate(self.layers):
+            gates_x = self.table[tokens] if i == 0 else layer.gates_x(x)  # (B, G*H)
+            layer_state = layer.zero_state(len(tokens), self.table) if state is None else state[i]
+            layer_state = layer.step(gates_x, layer_state)
+            x = layer_state[0] if isinstance(layer_state, tuple) else layer_state  # (B, H)
+            new_state.append(layer_state)
+        if self.norm is not None:
+            x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
+        return torch.addmm(self.head_bias, x, self.head_t), tuple(new_state)
+
+
+def make_step(model: LanguageModel):
+    """A one-token step for any model: a `Stepper` for a recurrent model; for other models (the
+    fixed-window MLP, whose forward is already one product per layer) the model on one token."""
+    if isinstance(model, RecurrentLM):
+        return Stepper(model)
+
+    @torch.inference_mode()
+    def step(tokens: Tensor, state=None):
+        logits, state = model(tokens[:, None], state)
+        return logits[:, 0], state
+
+    return step

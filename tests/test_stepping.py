@@ -1,0 +1,71 @@
+"""The sampling step: weights arranged once, the same function as the model on one token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.stepping import Stepper
+
+CONFIGS = [
+    ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=3),
+    ModelConfig("lstm", vocab_size=11, embd=6, hidden=8, layers=2, layer_norm=True),
+    ModelConfig("rnn", vocab_size=11, embd=5, hidden=7, layers=2),
+]
+
+
+def _model(config: ModelConfig) -> RecurrentLM:
+    torch.manual_seed(0)
+    model = RecurrentLM(config).double().eval()
+    with torch.no_grad():  # biases away from their zero init, so that folding them is tested
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
+def test_steps_equal_the_model_token_by_token(config):
+    model = _model(config)
+    step = Stepper(model)
+    tokens = torch.randint(0, config.vocab_size, (4, 15))
+    with torch.no_grad():
+        expected, expected_state = model(tokens)
+    state = None
+    for t in range(tokens.shape[1]):
+        logits, state = step(tokens[:, t], state)
+        torch.testing.assert_close(logits, expected[:, t], rtol=1e-12, atol=1e-12)
+    for a, b in zip(state, expected_state):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
+def test_a_step_continues_a_state_made_by_the_model(config):
+    """Stateful sampling feeds the prompt through the model and continues with steps."""
+    model = _model(config)
+    tokens = torch.randint(0, config.vocab_size, (2, 8))
+    with torch.no_grad():
+        full, _ = model(tokens)
+        _, prompt_state = model(tokens[:, :-1])
+    logits, _ = Stepper(model)(tokens[:, -1], prompt_state)
+    torch.testing.assert_close(logits, full[:, -1], rtol=1e-12, atol=1e-12)
+
+
+def test_no_state_means_zeros_and_batch_one_works():
+    model = _model(CONFIGS[1])
+    step = Stepper(model)
+    token = torch.tensor([3])
+    zeros = tuple((torch.zeros(1, 8, dtype=torch.float64),) * 2 for _ in range(2))
+    torch.testing.assert_close(step(token, None)[0], step(token, zeros)[0])
+    with torch.no_grad():
+        torch.testing.assert_close(step(token)[0], model(token[:, None])[0][:, 0])
+
+
+def test_the_stepper_keeps_the_weights_it_was_made_with():
+    model = _model(CONFIGS[0])
+    step = Stepper(model)
+    before = step(torch.tensor([1]))[0]
+    with torch.no_grad():
+        model.head.bias.add_(1.0)
+    torch.testing.assert_close(step(torch.tensor([1]))[0], before)
+    torch.testing.assert_close(Stepper(model)(torch.tensor([1]))[0], before + 1.0)

@@ -1,0 +1,337 @@
+"""Training-step and sampling speed of our layers beside the study's step-by-step cell and PyTorch's.
+
+    PYTHONPATH=src python benchmarks/speed.py            # every model of params.yaml, ~25 min on 2 cores
+    PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
+    PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
+
+Everything is measured in this one process, side by side: for each model shape, the three
+implementations are warmed up, then timed in turn, round after round, so that whatever else the
+machine does falls on all of them alike. Reported numbers are medians over the rounds.
+
+Training step: forward, cross-entropy, backward, gradient clipping, AdamW, on random tokens of the
+model's batch and sequence length, in training mode (dropout on). GFLOP/s counts 6 x (our model's
+parameters) x tokens per step, the same work for every implementation, and is compared with the
+machine's large float32 matrix-product rate measured at the start. Peak memory is what a step
+allocates on top of what was held before it (tensors only, from the profiler's allocation events
+on the CPU, from the allocator's statistics on CUDA).
+
+Sampling: stateful generation from a one-token prompt, softmax sampling at temperature 1, for the
+character models, in characters per second at batch 1 and at batch 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from references import StepByStepLM, TorchLM  # noqa: E402
+
+from rnnlm.model import ModelConfig, RecurrentLM, config_from_params, count_parameters  # noqa: E402
+from rnnlm.params import load_params  # noqa: E402
+from rnnlm.sampling import Decoding, generate, make_generator, pick  # noqa: E402
+from rnnlm.train import resolve_device  # noqa: E402
+
+CHAR_VOCAB = 65
+STUDY_MODELS = ("astra_alpha", "astra_beta", "astra_gamma", "scribe_alpha", "scribe_beta", "scribe_gamma", "leviathan")
+IMPLEMENTATIONS = ("step-by-step", "ours", "PyTorch")
+
+
+@dataclass(frozen=True)
+class Settings:
+    batch: int
+    seq_len: int
+    repeats: int
+    matmul_size: int
+    sample_tokens: int
+    sample_batches: tuple[int, ...]
+    shrink: int  # model widths are divided by this (1: the real shapes)
+
+
+FULL = Settings(batch=64, seq_len=128, repeats=5, matmul_size=4096, sample_tokens=200, sample_batches=(1, 64), shrink=1)
+QUICK = Settings(batch=4, seq_len=8, repeats=2, matmul_size=256, sample_tokens=4, sample_batches=(1, 4), shrink=16)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds that one call of fn takes, the device's queue drained before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """The most tensor memory held during fn beyond what was held when it started."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # Every allocation and free as its own event, in time order (the public event list folds them
+    # into the operators that made them, which loses the timeline).
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    held = peak = 0
+    for _, nbytes in events:
+        held += nbytes
+        peak = max(peak, held)
+    return peak
+
+
+def matmul_gflops(size: int, repeats: int, device: torch.device) -> float:
+    """The machine's float32 matrix-product rate: median over repeats of one (size x size)^2 product."""
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    a @ b  # warm-up
+    seconds = statistics.median(timed(lambda: a @ b, device) for _ in range(max(3, repeats)))
+    return 2 * size**3 / seconds / 1e9
+
+
+def shrunk(config: ModelConfig, factor: int) -> ModelConfig:
+    return replace(config, embd=max(4, config.embd // factor), hidden=max(4, config.hidden // factor))
+
+
+def model_configs(params_path: str, names: list[str], shrink: int) -> dict[str, ModelConfig]:
+    params = load_params(params_path)
+    configs = {}
+    for name in names:
+        entry = params.models[name]
+        vocab = params.tokenizer.vocab_size if entry.tokens == "sentencepiece" else CHAR_VOCAB
+        configs[name] = shrunk(config_from_params(entry, vocab), shrink)
+    return configs
+
+
+# ---------------------------------------------------------------------------------------------
+# Training steps
+
+
+def make_training_step(model: nn.Module, forward: Callable[[Tensor], Tensor], tokens: Tensor, targets: Tensor):
+    """A closure running one full training step of `model` on (tokens, targets)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        logits = forward(tokens)  # (B, T, V)
+        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+def training_contenders(config: ModelConfig, tokens: Tensor, targets: Tensor, device: torch.device):
+    """Name -> training-step closure, for the three implementations of one model shape."""
+    ours = RecurrentLM(config).to(device).train()
+    study = StepByStepLM(config).to(device).train()
+    library = TorchLM(config).to(device).train()
+    return count_parameters(ours), {
+        "step-by-step": make_training_step(study, study, tokens, targets),
+        "ours": make_training_step(ours, lambda t: ours(t)[0], tokens, targets),
+        "PyTorch": make_training_step(library, library, tokens, targets),
+    }
+
+
+def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
+    """Median seconds per call of each contender, timed in turn round after round after a warm-up."""
+    for fn in contenders.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            times[name].append(timed(fn, device))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+@dataclass
+class TrainingRow:
+    model: str
+    implementation: str
+    seconds: float
+    tokens: int
+    flops: float
+    peak: int
+
+
+def benchmark_training(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> list[TrainingRow]:
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(config.vocab_size, (settings.batch, settings.seq_len + 1), generator=generator).to(device)
+    tokens, targets = data[:, :-1], data[:, 1:]
+    parameters, contenders = training_contenders(config, tokens, targets, device)
+    medians = side_by_side(contenders, settings.repeats, device)
+    n_tokens = settings.batch * settings.seq_len
+    return [
+        TrainingRow(name, impl, medians[impl], n_tokens, 6.0 * parameters * n_tokens, peak_bytes(fn, device))
+        for impl, fn in contenders.items()
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling
+
+
+def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device: torch.device):
+    """Name -> closure generating `new_tokens` tokens statefully for `batch` samples."""
+    decoding = Decoding("temperature", temperature=1.0)
+    ours = RecurrentLM(config).to(device).eval()
+    study = StepByStepLM(config).to(device).eval()
+    library = TorchLM(config).to(device).eval()
+
+    def stepwise(model) -> Callable[[], None]:
+        @torch.no_grad()
+        def run() -> None:
+            generator = make_generator(0, device)
+            token = torch.zeros(batch, dtype=torch.long, device=device)
+            state = None
+            for _ in range(new_tokens):
+                logits, state = model.step(token, state)
+                token = pick(logits, decoding, generator)
+
+        return run
+
+    def ours_run() -> None:
+        generate(ours, [0], mode="stateful", decoding=decoding, max_new_tokens=new_tokens, num_samples=batch,
+                 generator=make_generator(0, device))
+
+    return {"step-by-step": stepwise(study), "ours": ours_run, "PyTorch": stepwise(library)}
+
+
+@dataclass
+class SamplingRow:
+    model: str
+    batch: int
+    chars_per_second: dict[str, float]
+
+
+def benchmark_sampling(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> list[SamplingRow]:
+    rows = []
+    for batch in settings.sample_batches:
+        contenders = sampling_contenders(config, batch, settings.sample_tokens, device)
+        medians = side_by_side(contenders, settings.repeats, device)
+        rows.append(SamplingRow(name, batch, {k: batch * settings.sample_tokens / s for k, s in medians.items()}))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def reference_name(config: ModelConfig) -> str:
+    return {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}[config.cell]
+
+
+def training_table(rows: list[TrainingRow], configs: dict[str, ModelConfig], matmul: float) -> str:
+    lines = [
+        "| model | implementation | ms/step | tokens/s | × step-by-step | × PyTorch | GFLOP/s | % of matmul | peak MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    by_key = {(r.model, r.implementation): r for r in rows}
+    for r in rows:
+        study, library = by_key[(r.model, "step-by-step")], by_key[(r.model, "PyTorch")]
+        gflops = r.flops / r.seconds / 1e9
+        label = reference_name(configs[r.model]) if r.implementation == "PyTorch" else r.implementation
+        lines.append(
+            f"| {r.model} | {label} | {r.seconds * 1e3:,.1f} | {r.tokens / r.seconds:,.0f} | "
+            f"{study.seconds / r.seconds:.2f} | {library.seconds / r.seconds:.2f} | {gflops:.1f} | "
+            f"{100 * gflops / matmul:.0f}% | {r.peak / 2**20:,.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def sampling_table(rows: list[SamplingRow]) -> str:
+    lines = [
+        "| model | batch | step-by-step chars/s | ours chars/s | PyTorch chars/s | ours × step-by-step | ours × PyTorch |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        c = r.chars_per_second
+        lines.append(
+            f"| {r.model} | {r.batch} | {c['step-by-step']:,.0f} | {c['ours']:,.0f} | {c['PyTorch']:,.0f} | "
+            f"{c['ours'] / c['step-by-step']:.2f} | {c['ours'] / c['PyTorch']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def machine_line(device: torch.device) -> str:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"{cpu}, {os.cpu_count()} cores"
+    return (
+        f"{datetime.date.today().isoformat()} · {where} · torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads · device {device}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny shapes and few rounds: checks that everything runs")
+    parser.add_argument("--models", nargs="+", default=[*STUDY_MODELS, "rnn_alpha"], help="entries of params.yaml")
+    parser.add_argument("--repeats", type=int, help="timed rounds per measurement (default 5, quick 2)")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--only", choices=["training", "sampling"], help="measure one of the two parts")
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    if args.repeats is not None:
+        if args.repeats < 1:
+            parser.error(f"--repeats {args.repeats}: expected a positive integer")
+        settings = replace(settings, repeats=args.repeats)
+    device = resolve_device(args.device)
+    configs = model_configs(args.params, args.models, settings.shrink)
+    torch.manual_seed(0)
+
+    print(f"# Speed{' (quick: shapes shrunk, numbers meaningless)' if args.quick else ''}\n")
+    print(machine_line(device) + "\n")
+    matmul = matmul_gflops(settings.matmul_size, settings.repeats, device)
+    print(f"float32 matrix product {settings.matmul_size}x{settings.matmul_size}: {matmul:.1f} GFLOP/s (median)\n")
+    if args.only != "sampling":
+        print_training(configs, settings, device, matmul)
+    if args.only != "training":
+        print_sampling(configs, load_params(args.params), settings, device)
+
+
+def print_training(configs: dict[str, ModelConfig], settings: Settings, device: torch.device, matmul: float) -> None:
+    print(f"## Training step (batch {settings.batch}, {settings.seq_len} steps, medians of {settings.repeats})\n")
+    rows = []
+    for name, config in configs.items():
+        rows += benchmark_training(name, config, settings, device)
+        print(f"  measured {name}", file=sys.stderr, flush=True)
+    print(training_table(rows, configs, matmul) + "\n")
+
+
+def print_sampling(configs: dict[str, ModelConfig], params, settings: Settings, device: torch.device) -> None:
+    print(f"## Stateful sampling ({settings.sample_tokens} characters, medians of {settings.repeats})\n")
+    samples = []
+    for name, config in configs.items():
+        if params.models[name].tokens == "char":
+            samples += benchmark_sampling(name, config, settings, device)
+            print(f"  sampled {name}", file=sys.stderr, flush=True)
+    print(sampling_table(samples))
+
+
+if __name__ == "__main__":
+    main()

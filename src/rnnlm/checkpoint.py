@@ -18,7 +18,7 @@ import torch
 
 from rnnlm.atomic import write_bytes_atomic
 from rnnlm.errors import RnnlmError
-from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.model import LanguageModel, ModelConfig, model_from_config
 from rnnlm.tokenizers import Tokenizer, tokenizer_from_state
 
 FORMAT = "rnnlm-checkpoint"
@@ -47,9 +47,9 @@ class Checkpoint:
         """The tokenizer the model was trained with."""
         return tokenizer_from_state(self.tokenizer_state)
 
-    def build_model(self, device: str | torch.device = "cpu") -> RecurrentLM:
+    def build_model(self, device: str | torch.device = "cpu") -> LanguageModel:
         """A model with this checkpoint's architecture and weights, in eval mode, on `device`."""
-        model = RecurrentLM(self.model_config)
+        model = model_from_config(self.model_config)
         try:
             model.load_state_dict(self.model_state)
         except RuntimeError as error:

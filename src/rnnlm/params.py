@@ -24,8 +24,9 @@ from rnnlm.errors import ParamsError
 # Field specifications: the Python type a value must have, a predicate, and the words for it.
 
 
-def _spec(kind: type, expected: str, ok: Callable[[Any], bool] = lambda value: True) -> Any:
-    return field(metadata={"kind": kind, "expected": expected, "ok": ok})
+def _spec(kind: type, expected: str, ok: Callable[[Any], bool] = lambda value: True, **default: Any) -> Any:
+    """A field; with `default=...` it may be left out of params.yaml."""
+    return field(metadata={"kind": kind, "expected": expected, "ok": ok}, **default)
 
 
 def positive_int() -> Any:
@@ -113,7 +114,7 @@ class ModelParams:
     """One entry of `models:`: architecture and its own optimisation schedule."""
 
     tokens: str = choice("char", "sentencepiece")
-    cell: str = choice("gru", "lstm", "rnn")
+    cell: str = choice("gru", "lstm", "rnn", "mlp")
     embd: int = positive_int()
     hidden: int = positive_int()
     layers: int = positive_int()
@@ -123,6 +124,8 @@ class ModelParams:
     epochs: int = positive_int()
     steps_per_epoch: int = positive_int()
     lr: float = positive_float()
+    # Only for `cell: mlp`, the fixed-window model: how many tokens it sees (the last one included).
+    window: int = _spec(int, "a non-negative integer", lambda v: v >= 0, default=0)
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,9 @@ def _build(cls: type, raw: Any, path: str) -> Any:
     values = {}
     for f in fields:
         sub = f"{path}.{f.name}" if path else f.name
+        if f.name not in raw and f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+            continue
         if f.name not in raw:
             expected = f.metadata.get("expected", "a mapping")
             raise ParamsError(f"{sub}: missing; expected {expected}")
@@ -237,7 +243,13 @@ def _build(cls: type, raw: Any, path: str) -> Any:
 def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
     if not isinstance(raw, Mapping) or not raw:
         raise ParamsError(f"{path}: expected a non-empty mapping of model names, got {_describe(raw)}")
-    return MappingProxyType({str(name): _build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()})
+    models = {str(name): _build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()}
+    for name, model in models.items():
+        if model.cell == "mlp" and model.window < 1:
+            raise ParamsError(f"{path}.{name}.window: expected a positive integer for cell 'mlp', got {model.window}")
+        if model.cell != "mlp" and model.window != 0:
+            raise ParamsError(f"{path}.{name}.window: only cell 'mlp' has a window; remove it for cell {model.cell!r}")
+    return MappingProxyType(models)
 
 
 def parse_params(raw: Any) -> Params:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rnnlm.model import RecurrentLM
+from rnnlm.model import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _check(tokens: Tensor) -> None:
 
 
 @torch.no_grad()
-def windowed_nll(model: RecurrentLM, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:
+def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:
     """Score `tokens` (1-D, int64) in windows of `window` tokens, each from a zero state.
 
     `batch_windows` windows run at once; by default as many as make about 16k tokens.
@@ -95,7 +95,7 @@ def windowed_nll(model: RecurrentLM, tokens: Tensor, window: int, batch_windows:
 
 
 @torch.no_grad()
-def streamed_nll(model: RecurrentLM, tokens: Tensor, chunk: int = 4096) -> Score:
+def streamed_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Score:
     """Score `tokens` with the state carried across all of them (one stream, fed `chunk` at a time)."""
     _check(tokens)
     was_training = model.training

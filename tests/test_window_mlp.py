@@ -1,0 +1,99 @@
+"""The fixed-window MLP baseline: exact size, the shared interface, and what its state means."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rnnlm.model import ModelConfig, build_model, count_parameters, model_from_config
+from rnnlm.params import load_params
+from rnnlm.window_mlp import WindowMLP
+from tests.conftest import REPO_ROOT
+
+
+def _mlp(window: int = 4, layers: int = 2) -> WindowMLP:
+    torch.manual_seed(0)
+    config = ModelConfig("mlp", vocab_size=13, embd=5, hidden=16, layers=layers, window=window)
+    return model_from_config(config).double().eval()
+
+
+def test_bengio_mlp_parameter_count_is_exact():
+    params = load_params(REPO_ROOT / "params.yaml")
+    model = build_model(params.models["bengio_mlp"], 65)
+    # (65 + 1 padding) x 24 embedding, (8 * 24) -> 256 tanh layer, 256 -> 65 output
+    assert count_parameters(model) == 66 * 24 + (8 * 24 * 256 + 256) + (256 * 65 + 65) == 67_697
+    assert isinstance(model, WindowMLP)
+
+
+def test_each_position_sees_exactly_its_window():
+    model = _mlp(window=4)
+    tokens = torch.randint(0, 13, (1, 12))
+    with torch.no_grad():
+        base, _ = model(tokens)
+        changed = tokens.clone()
+        changed[0, 5] = (changed[0, 5] + 1) % 13
+        after, _ = model(changed)
+    differs = ~torch.isclose(base, after).all(-1)[0]  # (T,)
+    assert differs.tolist() == [t in (5, 6, 7, 8) for t in range(12)]  # positions 5..5+window-1
+
+
+def test_stateful_incremental_equals_one_full_forward():
+    model = _mlp(window=5)
+    tokens = torch.randint(0, 13, (3, 14))
+    with torch.no_grad():
+        full, full_state = model(tokens)
+        logits, state = model(tokens[:, :3])
+        pieces = [logits]
+        for t in range(3, 14):
+            logits, state = model(tokens[:, t : t + 1], state)
+            pieces.append(logits)
+    torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=0, atol=1e-12)
+    assert state.shape == (3, 4)
+    assert torch.equal(state, full_state) and torch.equal(state, tokens[:, -4:])
+
+
+def test_stateless_is_a_window_of_one():
+    """State reset: only the last token and padding, whatever came before it."""
+    model = _mlp(window=6)
+    a = torch.tensor([[1, 2, 3, 4, 9]])
+    b = torch.tensor([[7, 7, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(a[:, -1:])[0], model(b[:, -1:])[0])
+        assert not torch.allclose(model(a)[0][:, -1], model(b)[0][:, -1])
+
+
+def test_window_of_one_has_an_empty_state():
+    model = _mlp(window=1, layers=1)
+    tokens = torch.randint(0, 13, (2, 7))
+    with torch.no_grad():
+        logits, state = model(tokens)
+        alone, _ = model(tokens[:, 3:4])
+    assert state.shape == (2, 0)
+    torch.testing.assert_close(logits[:, 3:4], alone)
+
+
+def test_mlp_samples_in_both_modes():
+    from rnnlm.sampling import Decoding, generate, make_generator
+
+    model = _mlp()
+    for mode in ("stateless", "stateful"):
+        out = generate(model, [1, 2, 3], mode=mode, decoding=Decoding("top_k", top_k=5), max_new_tokens=9,
+                       num_samples=2, generator=make_generator(0))
+        assert out.shape == (2, 9) and int(out.max()) < 13  # never the padding id
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"cell": "mlp", "window": 0}, "models.m.window: expected a positive integer for cell 'mlp', got 0"),
+        ({"cell": "gru", "window": 3}, "models.m.window: only cell 'mlp' has a window"),
+    ],
+)
+def test_window_is_checked_against_the_cell(block, message):
+    from rnnlm.errors import ParamsError
+    from rnnlm.params import _build_models
+
+    entry = dict(tokens="char", embd=4, hidden=4, layers=1, dropout=0.0, dropout_mode="between",
+                 layer_norm=False, epochs=1, steps_per_epoch=1, lr=0.1, **block)
+    with pytest.raises(ParamsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _build_models({"m": entry}, "models")

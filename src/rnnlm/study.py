@@ -4,8 +4,8 @@
     python -m rnnlm.study report [--markdown reports/study.md] [--figure reports/study.png]
 
 `run` queues one experiment per model (`dvc exp run --queue -S model=NAME -S train.steps_scale=S`)
-and starts the queue with one worker (`dvc queue start`): the models train one after another, each
-with every core. `--wait` follows the queue until it is empty.
+and starts the queue with one worker (`dvc queue start`), unless a worker is already running: the
+models train one after another, each with every core. `--wait` follows the queue until it is empty.
 
 `report` reads every experiment and commit of the repository's history through `dvc.api.exp_show`,
 keeps for each (model, steps scale) the newest successful run, and writes a Markdown table and a
@@ -59,6 +59,16 @@ def _dvc(command: list[str]) -> str:
     return result.stdout
 
 
+def _workers_running() -> bool:
+    """True when `dvc queue status` reports an active or idle worker (a second one would train in
+    parallel on the same cores)."""
+    for line in _dvc(["dvc", "queue", "status"]).splitlines():
+        if line.startswith("Worker status:"):
+            counts = [int(word) for word in line.replace(",", " ").split() if word.isdigit()]
+            return sum(counts) > 0
+    return False
+
+
 def _queue_busy() -> bool:
     """True while `dvc queue status` lists a queued or running experiment."""
     status = _dvc(["dvc", "queue", "status"])
@@ -73,8 +83,12 @@ def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str 
     for command in queue_commands(models, steps_scale):
         _dvc(command)
         print("queued:", " ".join(command[3:]))
-    _dvc(["dvc", "queue", "start", "--jobs", "1"])
-    print("queue started (one worker). Follow it with `dvc queue status` / `dvc queue logs NAME`;")
+    if _workers_running():
+        print("a queue worker is already running; it will take these experiments in turn")
+    else:
+        _dvc(["dvc", "queue", "start", "--jobs", "1"])
+        print("queue started (one worker).")
+    print("Follow it with `dvc queue status` / `dvc queue logs NAME`;")
     print("when it is empty: python -m rnnlm.study report")
     while wait and _queue_busy():
         time.sleep(30)

@@ -86,7 +86,10 @@ def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str 
     if _workers_running():
         print("a queue worker is already running; it will take these experiments in turn")
     else:
-        _dvc(["dvc", "queue", "start", "--jobs", "1"])
+        # Not through a pipe: the worker DVC leaves running would hold it open, and we would wait on it.
+        started = subprocess.run(["dvc", "queue", "start", "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if started.returncode != 0:
+            raise StudyError("dvc queue start failed; run it by hand to see why")
         print("queue started (one worker).")
     print("Follow it with `dvc queue status` / `dvc queue logs NAME`;")
     print("when it is empty: python -m rnnlm.study report")

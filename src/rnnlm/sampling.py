@@ -99,7 +99,7 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return torch.Generator(device=device).manual_seed(seed)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(
     model: LanguageModel,
     prompt: list[int],
@@ -128,12 +128,14 @@ def generate(
         logits = logits[:, -1]  # (N, V)
     else:
         logits, state = step(prompt_ids[:, -1], None)
-    out = torch.empty(num_samples, max_new_tokens, dtype=torch.long, device=device)
+    picked = []  # one (N,) tensor per step, stacked once at the end (cheaper than writing columns)
     for i in range(max_new_tokens):
         token = pick(logits, decoding, generator)  # (N,)
-        out[:, i] = token
+        picked.append(token)
         if on_token is not None:
             on_token(token)
         if i + 1 < max_new_tokens:
             logits, state = step(token, state if stateful else None)
-    return out
+    if not picked:
+        return torch.empty(num_samples, 0, dtype=torch.long, device=device)
+    return torch.stack(picked, dim=1)  # (N, max_new_tokens)

@@ -1,6 +1,6 @@
 """Training-step and sampling speed of our layers beside the study's step-by-step cell and PyTorch's.
 
-    PYTHONPATH=src python benchmarks/speed.py            # every model of params.yaml, ~25 min on 2 cores
+    PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 30 min on 2 cores
     PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
     PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
 
@@ -300,6 +300,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.repeats < 1:
             parser.error(f"--repeats {args.repeats}: expected a positive integer")
         settings = replace(settings, repeats=args.repeats)
+    models = load_params(args.params).models
+    for name in args.models:
+        if name not in models or models[name].cell not in ("gru", "lstm", "rnn"):
+            parser.error(f"--models {name}: expected a recurrent model of {args.params} ({', '.join(STUDY_MODELS)}, rnn_alpha)")
     device = resolve_device(args.device)
     configs = model_configs(args.params, args.models, settings.shrink)
     torch.manual_seed(0)

@@ -19,7 +19,7 @@ def test_quick_benchmark_prints_both_tables():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "GFLOP/s (median)" in out
-    training = [line for line in out.splitlines() if line.startswith("| ") and " ms" not in line]
+    training = [line for line in out.splitlines() if line.startswith("| ")]
     for model in models:
         for implementation in ("step-by-step", "ours"):
             assert any(line.startswith(f"| {model} | {implementation} |") for line in training), (model, implementation)
@@ -41,3 +41,13 @@ def test_bad_repeats_is_a_clear_error():
     )
     assert result.returncode == 2
     assert "--repeats 0: expected a positive integer" in result.stderr
+
+
+def test_a_model_without_recurrence_is_refused():
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    result = subprocess.run(
+        [sys.executable, "benchmarks/speed.py", "--quick", "--models", "bengio_mlp"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--models bengio_mlp: expected a recurrent model" in result.stderr

@@ -9,13 +9,18 @@ import sys
 from tests.conftest import REPO_ROOT
 
 
+def _benchmark(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """`benchmarks/speed.py --quick ARGS` from the repository root, importing this checkout's library."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, "benchmarks/speed.py", "--quick", *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
 def test_quick_benchmark_prints_both_tables():
     models = ["astra_alpha", "leviathan", "rnn_alpha", "scribe_alpha"]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    result = subprocess.run(
-        [sys.executable, "benchmarks/speed.py", "--quick", "--models", *models],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
+    result = _benchmark("--models", *models, timeout=300)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "GFLOP/s (median)" in out
@@ -34,20 +39,12 @@ def test_quick_benchmark_prints_both_tables():
 
 
 def test_bad_repeats_is_a_clear_error():
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    result = subprocess.run(
-        [sys.executable, "benchmarks/speed.py", "--quick", "--repeats", "0"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )
+    result = _benchmark("--repeats", "0")
     assert result.returncode == 2
     assert "--repeats 0: expected a positive integer" in result.stderr
 
 
 def test_a_model_without_recurrence_is_refused():
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    result = subprocess.run(
-        [sys.executable, "benchmarks/speed.py", "--quick", "--models", "bengio_mlp"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )
+    result = _benchmark("--models", "bengio_mlp")
     assert result.returncode == 2
     assert "--models bengio_mlp: expected a recurrent model" in result.stderr

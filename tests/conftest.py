@@ -124,3 +124,15 @@ def sentencepiece_checkpoint(tmp_path_factory) -> Path:
 
     proto = train_sentencepiece(synthetic_play(30_000), TokenizerParams(100, "unigram", 1.0))
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "sp.pt", SentencePieceTokenizer(proto), "scribe_alpha")
+
+
+@pytest.fixture(params=["python", "compiled"])
+def scan_loops(request, monkeypatch):
+    """Run the test once with each implementation of the scans' per-step loops: the Python ones
+    (what CUDA runs) and the compiled C++ ones (what the CPU runs). A failed C++ build fails here."""
+    from rnnlm import native, scan_loops, scans
+
+    loops = scan_loops if request.param == "python" else native.compiled()
+    assert loops is not None, "the C++ scan loops did not build (see the warning above)"
+    monkeypatch.setattr(scans, "scan_loops_for", lambda tensor: loops)
+    return loops

@@ -55,7 +55,7 @@ def _run(layer, fn, x, state, masks):
 @pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
 @pytest.mark.parametrize(("input_size", "hidden_size", "steps", "batch"), [(3, 5, 7, 4), (16, 8, 12, 2), (9, 20, 1, 3)])
 @pytest.mark.parametrize("with_masks", [False, True])
-def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, batch, with_masks):
+def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, batch, with_masks, scan_loops):
     torch.manual_seed(input_size * 100 + hidden_size)
     layer = _randomised(LAYERS[cell](input_size, hidden_size, dropout=0.3)).eval()  # masks only if given
     x = torch.randn(batch, steps, input_size)
@@ -71,7 +71,7 @@ def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, 
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_state_dropout_draws_the_same_masks_in_both_forms(cell):
+def test_state_dropout_draws_the_same_masks_in_both_forms(cell, scan_loops):
     layer = _randomised(LAYERS[cell](4, 6, dropout=0.5)).train()
     x = torch.randn(3, 5, 4)
     torch.manual_seed(7)
@@ -121,19 +121,77 @@ def test_dropout_masks_keep_one_minus_p_and_average_one():
     assert layer.eval().dropout_masks(3, 2, torch.zeros(())) is None
 
 
+def _directional_derivatives(f, inputs, trials=4, eps=1e-6):
+    """(analytic, numeric) v^T J u for random directions u (inputs) and v (output): the backward
+    pass against central finite differences, one fresh forward per backward (gradcheck replays one
+    graph, which a scan's backward consumes; see the next test)."""
+    pairs = []
+    g = torch.Generator().manual_seed(5)
+    for _ in range(trials):
+        u = [torch.randn(x.shape, generator=g) for x in inputs]
+        xs = [x.detach().clone().requires_grad_() for x in inputs]
+        out = f(*xs)
+        v = torch.randn(out.shape, generator=g)
+        grads = torch.autograd.grad(out, xs, v)
+        analytic = sum((gr * du).sum() for gr, du in zip(grads, u))
+        with torch.no_grad():
+            plus = f(*[x + eps * du for x, du in zip(inputs, u)])
+            minus = f(*[x - eps * du for x, du in zip(inputs, u)])
+        pairs.append((analytic.item(), ((plus - minus) / (2 * eps) * v).sum().item()))
+    return pairs
+
+
 @pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_scan_gradients_pass_gradcheck(cell):
-    """Finite differences against the hand-written backward, masks included."""
+def test_scan_gradients_match_finite_differences(cell, scan_loops):
+    """The hand-written backward against finite differences, masks included."""
     layer = _randomised(LAYERS[cell](3, 4))
-    products = torch.randn(5, 2, layer.cell.gates * 4, requires_grad=True)
+    products = torch.randn(5, 2, layer.cell.gates * 4)
     masks = (torch.rand(5, 2, 4) > 0.3).double() / 0.7
     state = _random_state(layer, 2)
-    state = tuple(s.requires_grad_() for s in state) if isinstance(state, tuple) else state.requires_grad_()
+    flat = state if isinstance(state, tuple) else (state,)
 
     def f(products, *flat_state):
         s = flat_state if len(flat_state) == 2 else flat_state[0]
-        hs, final = layer.scan(products, s, masks)
-        return hs, _flat(final)
+        hs, final = layer.scan(products.clone(), s, masks)  # a clone: scan overwrites its products
+        return torch.cat([hs.reshape(-1), _flat(final)])
 
-    flat = state if isinstance(state, tuple) else (state,)
-    assert torch.autograd.gradcheck(f, (products, *flat))
+    for analytic, numeric in _directional_derivatives(f, (products, *flat)):
+        assert analytic == pytest.approx(numeric, rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, scan_loops):
+    layer = _randomised(LAYERS[cell](3, 4))
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    products = layer.input_products(x)
+    before = products.detach().clone()
+    hs, _ = layer.scan(products)
+    assert not torch.equal(products.detach(), before)  # now the activated gates
+    hs.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        hs.sum().backward()
+
+
+def test_scan_accepts_non_contiguous_products(scan_loops):
+    layer = _randomised(LAYERS["gru"](3, 4))
+    products = torch.randn(2, 5, 12).transpose(0, 1)  # (T, B, 3H) as a strided view
+    expected, _ = layer.scan(products.contiguous())
+    torch.testing.assert_close(layer.scan(products)[0], expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_float32_layer_matches_float64_reference(cell, scan_loops):
+    """Training runs in float32, where the compiled loops take another (vector-width) code path."""
+    layer64 = _randomised(LAYERS[cell](10, 37))  # 37: a vector tail on every width
+    layer32 = LAYERS[cell](10, 37).float()
+    layer32.load_state_dict({k: v.float() for k, v in layer64.state_dict().items()})
+    x = torch.randn(6, 9, 10)
+    masks = (torch.rand(9, 6, 37) > 0.2).double() / 0.8
+    state = _random_state(layer64, 6)
+    as32 = (lambda s: tuple(t.float() for t in s)) if isinstance(state, tuple) else (lambda s: s.float())
+    fast = _run(layer32, layer32.forward, x.float(), as32(state), masks.float())
+    ref = _run(layer64, layer64.reference_forward, x, state, masks)
+    torch.testing.assert_close(fast[0].double(), ref[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fast[1].double(), ref[1], rtol=1e-4, atol=1e-5)
+    for a, b in zip(fast[2], ref[2]):
+        torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)

@@ -90,7 +90,7 @@ def _readable_forward(model: RecurrentLM, tokens):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
-def test_forward_and_gradients_equal_the_readable_model(config):
+def test_forward_and_gradients_equal_the_readable_model(config, scan_loops):
     """The folded first-layer table and the scans' backward change nothing but rounding."""
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (3, 12))

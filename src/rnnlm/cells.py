@@ -225,10 +225,13 @@ class RecurrentLayer(nn.Module):
         return torch.matmul(x, self.cell.weight_ih.T)
 
     def scan(self, products: Tensor, state: State | None = None, masks: Tensor | None = None) -> tuple[Tensor, State]:
-        """Input products (T, B, G*H) -> the state after every step (T, B, H), and the final state."""
+        """Input products (T, B, G*H) -> the state after every step (T, B, H), and the final state.
+
+        The products are consumed: a contiguous `products` is overwritten with the activated gates
+        (pass a clone to keep it)."""
         T, B, _ = products.shape
         state, masks = self._prepare(B, T, products, state, masks)
-        return self._scan(products, state, masks)
+        return self._scan(products.contiguous(), state, masks)
 
     def _scan(self, products: Tensor, state: State, masks: Tensor | None) -> tuple[Tensor, State]:
         raise NotImplementedError
@@ -241,7 +244,7 @@ class GRULayer(RecurrentLayer):
 
     def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
         c = self.cell
-        hs = GRUScan.apply(products, h, c.weight_hh, c.bias_ih, c.bias_rz, masks)
+        hs, _ = GRUScan.apply(products, h, c.weight_hh, c.bias_ih, c.bias_rz, masks)
         return hs, hs[-1]
 
 
@@ -253,7 +256,7 @@ class LSTMLayer(RecurrentLayer):
     def _scan(
         self, products: Tensor, state: tuple[Tensor, Tensor], masks: Tensor | None
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        hs, c_last = LSTMScan.apply(products, state[0], state[1], self.cell.weight_hh, self.cell.bias_ih, masks)
+        hs, c_last, _ = LSTMScan.apply(products, state[0], state[1], self.cell.weight_hh, self.cell.bias_ih, masks)
         return hs, (hs[-1], c_last)
 
 
@@ -263,7 +266,7 @@ class RNNLayer(RecurrentLayer):
     cell_class = RNNCell
 
     def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
-        hs = RNNScan.apply(products, h, self.cell.weight_hh, self.cell.bias_ih, masks)
+        hs, _ = RNNScan.apply(products, h, self.cell.weight_hh, self.cell.bias_ih, masks)
         return hs, hs[-1]
 
 

@@ -1,0 +1,374 @@
+// The per-step loops of rnnlm.scans, for tensors on the CPU.
+//
+// Same inputs, outputs and maths as the Python loops in rnnlm/scan_loops.py (tests hold the two to
+// each other and to the cells' readable steps). Like them, a forward overwrites its input products
+// with the activated gates and a backward overwrites those with the gates' gradients: each
+// (T, B, G*H) array is written once, in memory that is already mapped and warm. What changes is how each step's elementwise work
+// runs: one pass over the step's rows does what took the Python loop five to ten ATen calls, with
+// ATen's vectorised exp/tanh (at::vec::Vectorized, the same code as torch.sigmoid and torch.tanh)
+// and at::parallel_for over the batch rows. The hidden-side matrix products stay ATen calls.
+//
+// Shapes: T steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
+// Gate order in a row: GRU r, z, n; LSTM i, f, o, g.
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <optional>
+#include <tuple>
+
+namespace {
+
+using at::Tensor;
+template <typename scalar_t>
+using Vec = at::vec::Vectorized<scalar_t>;
+
+// A batch row per task; a chunk of rows runs on one thread when a step has enough work to share.
+constexpr int64_t kElementsPerTask = 16384;
+
+template <typename F>
+void for_rows(int64_t rows, int64_t row_width, const F& body) {
+  const int64_t grain = std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, row_width));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) body(b);
+  });
+}
+
+// body(j, count) over [0, n) in vector-sized pieces; the last piece may be shorter.
+template <typename scalar_t, typename F>
+inline void for_lanes(int64_t n, const F& body) {
+  constexpr int64_t width = Vec<scalar_t>::size();
+  int64_t j = 0;
+  for (; j + width <= n; j += width) body(j, width);
+  if (j < n) body(j, n - j);
+}
+
+template <typename scalar_t>
+inline Vec<scalar_t> load(const scalar_t* p, int64_t count) {
+  return count == Vec<scalar_t>::size() ? Vec<scalar_t>::loadu(p) : Vec<scalar_t>::loadu(p, count);
+}
+
+template <typename scalar_t>
+inline void store(const Vec<scalar_t>& v, scalar_t* p, int64_t count) {
+  if (count == Vec<scalar_t>::size()) {
+    v.store(p);
+  } else {
+    v.store(p, count);
+  }
+}
+
+template <typename scalar_t>
+inline Vec<scalar_t> sigmoid(const Vec<scalar_t>& x) {
+  const Vec<scalar_t> one(1);
+  return one / (one + x.neg().exp());
+}
+
+// mask (T, B, H) at step t, row b, or nullptr.
+template <typename scalar_t>
+inline const scalar_t* mask_row(const std::optional<Tensor>& masks, int64_t t, int64_t b, int64_t B, int64_t H) {
+  return masks ? masks->data_ptr<scalar_t>() + (t * B + b) * H : nullptr;
+}
+
+std::optional<Tensor> contiguous(const std::optional<Tensor>& t) {
+  return t ? std::optional<Tensor>(t->contiguous()) : std::nullopt;
+}
+
+// The arrays written in place must be contiguous: a copy would leave the caller's tensor unchanged.
+void check_in_place(const Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous: it is overwritten in place");
+}
+
+// ---------------------------------------------------------------- GRU
+
+// products (T, B, 3H), overwritten with the activated gates (r, z, candidate); h0 (B, H);
+// weight_hh (3H, H), bias_ih (3H), bias_rz (2H), masks (T, B, H)?
+// -> hs (T, B, H), reset_h (T, B, H) = r * h_prev.
+std::tuple<Tensor, Tensor> gru_forward(
+    Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih, Tensor bias_rz, std::optional<Tensor> masks) {
+  check_in_place(products, "products");
+  masks = contiguous(masks);
+  const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
+  const Tensor& gates = products;
+  Tensor reset_h = at::empty({T, B, H}, products.options());
+  Tensor hs = at::empty({T, B, H}, products.options());
+  Tensor bias = at::cat({bias_ih.slice(0, 0, 2 * H) + bias_rz, bias_ih.slice(0, 2 * H)}).contiguous();  // (3H)
+  Tensor rz_t = weight_hh.slice(0, 0, 2 * H).t(), n_t = weight_hh.slice(0, 2 * H).t();
+  Tensor hidden_rz = at::empty({B, 2 * H}, products.options());  // h_prev W_rz^T
+  Tensor hidden_n = at::empty({B, H}, products.options());       // (r * h_prev) W_n^T
+  Tensor h = h0.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "gru_forward", [&] {
+    const scalar_t* bias_p = bias.data_ptr<scalar_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      at::mm_out(hidden_rz, h, rz_t);
+      const scalar_t* h_p = h.data_ptr<scalar_t>();
+      scalar_t* gates_t = gates[t].data_ptr<scalar_t>();
+      const scalar_t* x_t = products[t].data_ptr<scalar_t>();
+      scalar_t* reset_t = reset_h[t].data_ptr<scalar_t>();
+      const scalar_t* hrz_p = hidden_rz.data_ptr<scalar_t>();
+      for_rows(B, 3 * H, [&](int64_t b) {
+        const scalar_t* x = x_t + b * 3 * H;
+        scalar_t* g = gates_t + b * 3 * H;
+        const scalar_t* hrz = hrz_p + b * 2 * H;
+        for_lanes<scalar_t>(2 * H, [&](int64_t j, int64_t n) {
+          store(sigmoid(load(x + j, n) + load(bias_p + j, n) + load(hrz + j, n)), g + j, n);
+        });
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          store(load(g + j, n) * load(h_p + b * H + j, n), reset_t + b * H + j, n);
+        });
+      });
+      at::mm_out(hidden_n, reset_h[t], n_t);
+      scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
+      const scalar_t* hn_p = hidden_n.data_ptr<scalar_t>();
+      for_rows(B, 3 * H, [&](int64_t b) {
+        const scalar_t* x = x_t + b * 3 * H + 2 * H;
+        scalar_t* g = gates_t + b * 3 * H;
+        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          auto candidate = (load(x + j, n) + load(bias_p + 2 * H + j, n) + load(hn_p + b * H + j, n)).tanh();
+          store(candidate, g + 2 * H + j, n);
+          auto h_prev = load(h_p + b * H + j, n);
+          auto h_new = h_prev + load(g + H + j, n) * (candidate - h_prev);  // (1 - z) h + z candidate
+          if (mask) h_new = h_new * load(mask + j, n);
+          store(h_new, hs_t + b * H + j, n);
+        });
+      });
+      h = hs[t];
+    }
+  });
+  return {hs, reset_h};
+}
+
+// grad_hs (T, B, H), h0, weight_hh, gates, hs, masks as saved by gru_forward; gates is overwritten
+// with their gradients w.r.t. the pre-activations -> grad_h0 (B, H).
+Tensor gru_backward(
+    Tensor grad_hs, Tensor h0, Tensor weight_hh, Tensor gates, Tensor hs, std::optional<Tensor> masks) {
+  check_in_place(gates, "gates");
+  grad_hs = grad_hs.contiguous();
+  masks = contiguous(masks);
+  const int64_t T = hs.size(0), B = hs.size(1), H = hs.size(2);
+  const Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
+  Tensor weight_rz = weight_hh.slice(0, 0, 2 * H), weight_n = weight_hh.slice(0, 2 * H);
+  Tensor grad_h = at::zeros({B, H}, hs.options());        // carried to the previous step
+  Tensor grad_reset_h = at::empty({B, H}, hs.options());  // w.r.t. r * h_prev
+  Tensor h0c = h0.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(hs.scalar_type(), "gru_backward", [&] {
+    const Vec<scalar_t> one(1);
+    scalar_t* gh_p = grad_h.data_ptr<scalar_t>();
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const scalar_t* g_t = gates[t].data_ptr<scalar_t>();
+      const scalar_t* hp_t = t == 0 ? h0c.data_ptr<scalar_t>() : hs[t - 1].data_ptr<scalar_t>();
+      const scalar_t* go_t = grad_hs[t].data_ptr<scalar_t>();
+      scalar_t* gg_t = grad_gates[t].data_ptr<scalar_t>();
+      // gradient w.r.t. the candidate and z; grad_h keeps its direct path (1 - z) * grad
+      for_rows(B, 3 * H, [&](int64_t b) {
+        const scalar_t* g = g_t + b * 3 * H;
+        scalar_t* gg = gg_t + b * 3 * H;
+        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          auto grad = load(go_t + b * H + j, n) + load(gh_p + b * H + j, n);
+          if (mask) grad = grad * load(mask + j, n);
+          auto z = load(g + H + j, n), candidate = load(g + 2 * H + j, n);
+          auto grad_through_z = grad * z;
+          store(grad_through_z * (one - candidate * candidate), gg + 2 * H + j, n);
+          store(grad * (candidate - load(hp_t + b * H + j, n)) * z * (one - z), gg + H + j, n);
+          store(grad - grad_through_z, gh_p + b * H + j, n);
+        });
+      });
+      at::mm_out(grad_reset_h, grad_gates[t].slice(1, 2 * H), weight_n);
+      const scalar_t* grh_p = grad_reset_h.data_ptr<scalar_t>();
+      for_rows(B, 3 * H, [&](int64_t b) {
+        const scalar_t* g = g_t + b * 3 * H;
+        scalar_t* gg = gg_t + b * 3 * H;
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          auto r = load(g + j, n), grh = load(grh_p + b * H + j, n);
+          store(grh * load(hp_t + b * H + j, n) * r * (one - r), gg + j, n);
+          store(load(gh_p + b * H + j, n) + grh * r, gh_p + b * H + j, n);
+        });
+      });
+      grad_h.addmm_(grad_gates[t].slice(1, 0, 2 * H), weight_rz);  // through r and z
+    }
+  });
+  return grad_h;
+}
+
+// ---------------------------------------------------------------- LSTM
+
+// products (T, B, 4H), overwritten with the activated gates (i, f, o sigmoid; g tanh); h0, c0 (B, H);
+// weight_hh (4H, H), bias_ih (4H), masks (T, B, H)? -> hs (T, B, H), cs (T, B, H).
+std::tuple<Tensor, Tensor> lstm_forward(
+    Tensor products, Tensor h0, Tensor c0, Tensor weight_hh, Tensor bias_ih, std::optional<Tensor> masks) {
+  check_in_place(products, "products");
+  masks = contiguous(masks);
+  const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
+  const Tensor& gates = products;
+  Tensor hs = at::empty({T, B, H}, products.options());
+  Tensor cs = at::empty({T, B, H}, products.options());
+  Tensor bias = bias_ih.contiguous();
+  Tensor hh_t = weight_hh.t();
+  Tensor hidden = at::empty({B, 4 * H}, products.options());  // h_prev W_hh^T
+  Tensor h = h0.contiguous(), c = c0.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "lstm_forward", [&] {
+    const scalar_t* bias_p = bias.data_ptr<scalar_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      at::mm_out(hidden, h, hh_t);
+      const scalar_t* x_t = products[t].data_ptr<scalar_t>();
+      const scalar_t* hid_p = hidden.data_ptr<scalar_t>();
+      const scalar_t* c_p = c.data_ptr<scalar_t>();
+      scalar_t* g_t = gates[t].data_ptr<scalar_t>();
+      scalar_t* cs_t = cs[t].data_ptr<scalar_t>();
+      scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
+      for_rows(B, 4 * H, [&](int64_t b) {
+        const scalar_t* x = x_t + b * 4 * H;
+        const scalar_t* hid = hid_p + b * 4 * H;
+        scalar_t* g = g_t + b * 4 * H;
+        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          auto pre = [&](int64_t k) { return load(x + k * H + j, n) + load(bias_p + k * H + j, n) + load(hid + k * H + j, n); };
+          auto i = sigmoid(pre(0)), f = sigmoid(pre(1)), o = sigmoid(pre(2)), cand = pre(3).tanh();
+          store(i, g + j, n);
+          store(f, g + H + j, n);
+          store(o, g + 2 * H + j, n);
+          store(cand, g + 3 * H + j, n);
+          auto c_new = f * load(c_p + b * H + j, n) + i * cand;
+          store(c_new, cs_t + b * H + j, n);
+          auto h_new = o * c_new.tanh();
+          if (mask) h_new = h_new * load(mask + j, n);
+          store(h_new, hs_t + b * H + j, n);
+        });
+      });
+      h = hs[t];
+      c = cs[t];
+    }
+  });
+  return {hs, cs};
+}
+
+// grad_hs (T, B, H), grad_c_last (B, H), c0, weight_hh, gates, cs, masks as saved by lstm_forward;
+// gates is overwritten with their gradients w.r.t. the pre-activations -> grad_h0, grad_c0 (B, H).
+std::tuple<Tensor, Tensor> lstm_backward(
+    Tensor grad_hs, Tensor grad_c_last, Tensor c0, Tensor weight_hh, Tensor gates, Tensor cs,
+    std::optional<Tensor> masks) {
+  check_in_place(gates, "gates");
+  grad_hs = grad_hs.contiguous();
+  masks = contiguous(masks);
+  const int64_t T = cs.size(0), B = cs.size(1), H = cs.size(2);
+  const Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
+  Tensor grad_h = at::zeros({B, H}, cs.options());
+  Tensor grad_c = grad_c_last.contiguous().clone();
+  Tensor c0c = c0.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(cs.scalar_type(), "lstm_backward", [&] {
+    const Vec<scalar_t> one(1);
+    scalar_t* gh_p = grad_h.data_ptr<scalar_t>();
+    scalar_t* gc_p = grad_c.data_ptr<scalar_t>();
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const scalar_t* g_t = gates[t].data_ptr<scalar_t>();
+      const scalar_t* c_t = cs[t].data_ptr<scalar_t>();
+      const scalar_t* cp_t = t == 0 ? c0c.data_ptr<scalar_t>() : cs[t - 1].data_ptr<scalar_t>();
+      const scalar_t* go_t = grad_hs[t].data_ptr<scalar_t>();
+      scalar_t* gg_t = grad_gates[t].data_ptr<scalar_t>();
+      for_rows(B, 4 * H, [&](int64_t b) {
+        const scalar_t* g = g_t + b * 4 * H;
+        scalar_t* gg = gg_t + b * 4 * H;
+        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          const int64_t cell = b * H + j;
+          auto grad = load(go_t + cell, n) + load(gh_p + cell, n);  // w.r.t. h
+          if (mask) grad = grad * load(mask + j, n);
+          auto i = load(g + j, n), f = load(g + H + j, n), o = load(g + 2 * H + j, n), cand = load(g + 3 * H + j, n);
+          auto tanh_c = load(c_t + cell, n).tanh();
+          auto grad_c_here = load(gc_p + cell, n) + grad * o * (one - tanh_c * tanh_c);  // through h = o tanh(c)
+          store(grad_c_here * cand * i * (one - i), gg + j, n);
+          store(grad_c_here * load(cp_t + cell, n) * f * (one - f), gg + H + j, n);
+          store(grad * tanh_c * o * (one - o), gg + 2 * H + j, n);
+          store(grad_c_here * i * (one - cand * cand), gg + 3 * H + j, n);
+          store(grad_c_here * f, gc_p + cell, n);
+        });
+      });
+      at::mm_out(grad_h, grad_gates[t], weight_hh);
+    }
+  });
+  return {grad_h, grad_c};
+}
+
+// ---------------------------------------------------------------- tanh RNN
+
+// products (T, B, H), overwritten with the activations tanh(...); h0 (B, H), weight_hh (H, H),
+// bias_ih (H), masks (T, B, H)? -> hs (T, B, H), the activations times the masks.
+Tensor rnn_forward(Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih, std::optional<Tensor> masks) {
+  check_in_place(products, "products");
+  masks = contiguous(masks);
+  const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
+  const Tensor& activations = products;
+  Tensor hs = at::empty_like(products);
+  Tensor bias = bias_ih.contiguous();
+  Tensor hh_t = weight_hh.t();
+  Tensor hidden = at::empty({B, H}, products.options());
+  Tensor h = h0.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "rnn_forward", [&] {
+    const scalar_t* bias_p = bias.data_ptr<scalar_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      at::mm_out(hidden, h, hh_t);
+      const scalar_t* x_t = products[t].data_ptr<scalar_t>();
+      const scalar_t* hid_p = hidden.data_ptr<scalar_t>();
+      scalar_t* a_t = activations[t].data_ptr<scalar_t>();
+      scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
+      for_rows(B, H, [&](int64_t b) {
+        const int64_t row = b * H;
+        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          auto a = (load(x_t + row + j, n) + load(bias_p + j, n) + load(hid_p + row + j, n)).tanh();
+          store(a, a_t + row + j, n);
+          store(mask ? a * load(mask + j, n) : a, hs_t + row + j, n);
+        });
+      });
+      h = hs[t];
+    }
+  });
+  return hs;
+}
+
+// grad_hs (T, B, H), weight_hh, activations, masks as saved by rnn_forward; activations is
+// overwritten with the gradient w.r.t. the pre-activations -> grad_h0 (B, H).
+Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::optional<Tensor> masks) {
+  check_in_place(activations, "activations");
+  grad_hs = grad_hs.contiguous();
+  masks = contiguous(masks);
+  const int64_t T = activations.size(0), B = activations.size(1), H = activations.size(2);
+  const Tensor& grad_pre = activations;
+  Tensor grad_h = at::zeros({B, H}, activations.options());
+  AT_DISPATCH_FLOATING_TYPES(activations.scalar_type(), "rnn_backward", [&] {
+    const Vec<scalar_t> one(1);
+    scalar_t* gh_p = grad_h.data_ptr<scalar_t>();
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const scalar_t* a_t = activations[t].data_ptr<scalar_t>();
+      const scalar_t* go_t = grad_hs[t].data_ptr<scalar_t>();
+      scalar_t* gp_t = grad_pre[t].data_ptr<scalar_t>();
+      for_rows(B, H, [&](int64_t b) {
+        const int64_t row = b * H;
+        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
+        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+          auto grad = load(go_t + row + j, n) + load(gh_p + row + j, n);
+          if (mask) grad = grad * load(mask + j, n);
+          auto a = load(a_t + row + j, n);
+          store(grad * (one - a * a), gp_t + row + j, n);
+        });
+      });
+      at::mm_out(grad_h, grad_pre[t], weight_hh);
+    }
+  });
+  return grad_h;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "rnnlm's per-step scan loops for CPU tensors (see rnnlm/scan_loops.py for the same in Python)";
+  m.def("gru_forward", &gru_forward);
+  m.def("gru_backward", &gru_backward);
+  m.def("lstm_forward", &lstm_forward);
+  m.def("lstm_backward", &lstm_backward);
+  m.def("rnn_forward", &rnn_forward);
+  m.def("rnn_backward", &rnn_backward);
+}

@@ -1,0 +1,73 @@
+"""The C++ scan loops (`csrc/scan_loops.cpp`), compiled on first use with PyTorch's own extension builder.
+
+`scan_loops_for(tensor)` gives the loops to run a scan on `tensor`'s device: the compiled ones for
+a CPU tensor when they are available, the Python ones (`rnnlm.scan_loops`, the only ones on CUDA)
+otherwise. Both have the same six functions with the same signatures.
+
+The first call compiles the C++ file with the machine's C++ compiler and ninja (about a minute on
+two cores) into PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`);
+later processes load the cached library in milliseconds. Build flags follow the vector
+instructions PyTorch itself uses on this CPU (`torch.backends.cpu.get_cpu_capability()`), and the
+library's name carries them, so one cache can serve machines of different kinds.
+
+`RNNLM_NATIVE=0` turns the compiled loops off (the Python ones run everywhere). If the build fails
+(no compiler, say), one warning says why and the Python loops run: slower, the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from rnnlm import scan_loops
+
+SOURCE = Path(__file__).parent / "csrc" / "scan_loops.cpp"
+
+# The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.
+_CAPABILITY_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
+    "DEFAULT": [],
+}
+
+
+def enabled() -> bool:
+    """False when RNNLM_NATIVE=0 asks for the Python loops only."""
+    return os.environ.get("RNNLM_NATIVE", "1") != "0"
+
+
+def _capability() -> str:
+    capability = torch.backends.cpu.get_cpu_capability()
+    return capability if capability in _CAPABILITY_FLAGS else "DEFAULT"
+
+
+@cache
+def compiled() -> ModuleType | None:
+    """The compiled loops, built or loaded once per process; None (after one warning) if the build fails."""
+    from torch.utils import cpp_extension
+
+    capability = _capability()
+    try:
+        return cpp_extension.load(
+            name=f"rnnlm_scan_loops_{capability.lower()}",
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]],
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except Exception as error:  # noqa: BLE001 - any build failure leaves the Python loops, which are correct
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        warnings.warn(f"rnnlm: C++ scan loops unavailable, using the Python ones ({first_line})", stacklevel=2)
+        return None
+
+
+def scan_loops_for(tensor: torch.Tensor) -> ModuleType:
+    """The scan loops for `tensor`'s device: compiled on the CPU when possible, Python otherwise."""
+    if tensor.device.type == "cpu" and enabled():
+        return compiled() or scan_loops
+    return scan_loops

@@ -4,11 +4,13 @@
 a CPU tensor when they are available, the Python ones (`rnnlm.scan_loops`, the only ones on CUDA)
 otherwise. Both have the same six functions with the same signatures.
 
-The first call compiles the C++ file with the machine's C++ compiler and ninja (about a minute on
-two cores) into PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`);
+The first call compiles the C++ file with the machine's C++ compiler and ninja (about 35 s on two
+cores) into PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`);
 later processes load the cached library in milliseconds. Build flags follow the vector
-instructions PyTorch itself uses on this CPU (`torch.backends.cpu.get_cpu_capability()`), and the
-library's name carries them, so one cache can serve machines of different kinds.
+instructions PyTorch itself uses on this CPU (`torch.backends.cpu.get_cpu_capability()`). The
+library is named after those flags and a digest of the source, so every copy of the repository
+with the same source (a DVC experiment's temporary workspace, a test's scratch repository) loads
+the same build instead of compiling its own, and a changed source never loads a stale one.
 
 `RNNLM_NATIVE=0` turns the compiled loops off (the Python ones run everywhere). If the build fails
 (no compiler, say), one warning says why and the Python loops run: slower, the same numbers.
@@ -16,7 +18,9 @@ library's name carries them, so one cache can serve machines of different kinds.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import warnings
 from functools import cache
 from pathlib import Path
@@ -52,11 +56,15 @@ def compiled() -> ModuleType | None:
     from torch.utils import cpp_extension
 
     capability = _capability()
+    source = SOURCE.read_text(encoding="utf-8")
+    cflags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
+    digest = hashlib.sha256("\0".join([source, *cflags]).encode()).hexdigest()[:12]
     try:
-        return cpp_extension.load(
-            name=f"rnnlm_scan_loops_{capability.lower()}",
-            sources=[str(SOURCE)],
-            extra_cflags=["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]],
+        _put_pip_ninja_on_path()
+        return cpp_extension.load_inline(  # the source is copied into the build directory: one path per digest
+            name=f"rnnlm_scan_loops_{capability.lower()}_{digest}",
+            cpp_sources=[source],
+            extra_cflags=cflags,
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )
@@ -64,6 +72,17 @@ def compiled() -> ModuleType | None:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         warnings.warn(f"rnnlm: C++ scan loops unavailable, using the Python ones ({first_line})", stacklevel=2)
         return None
+
+
+def _put_pip_ninja_on_path() -> None:
+    """PyTorch runs `ninja` from PATH; the pinned one from PyPI lives in the interpreter's scripts
+    folder, which is not on PATH when a virtual environment's python is run without activating it."""
+    if shutil.which("ninja") is None:
+        try:
+            import ninja
+        except ImportError:
+            return
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
 def scan_loops_for(tensor: torch.Tensor) -> ModuleType:

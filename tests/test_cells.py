@@ -195,3 +195,17 @@ def test_float32_layer_matches_float64_reference(cell, scan_loops):
     torch.testing.assert_close(fast[1].double(), ref[1], rtol=1e-4, atol=1e-5)
     for a, b in zip(fast[2], ref[2]):
         torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_gradients_when_the_final_state_is_not_used(cell, scan_loops):
+    """Autograd passes no gradient for an unused output (the LSTM's final c here)."""
+    layer = _randomised(LAYERS[cell](3, 5))
+    x = torch.randn(2, 4, 3)
+    grads = []
+    for forward in (layer.forward, layer.reference_forward):
+        layer.zero_grad()
+        forward(x)[0].pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in layer.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -47,7 +47,13 @@ def _consumed(ctx, products: Tensor) -> Tensor:
     output, marked dirty so that autograd knows, and not differentiable (its gradient is not used)."""
     ctx.mark_dirty(products)
     ctx.mark_non_differentiable(products)
+    ctx.set_materialize_grads(False)  # no zero-filled (T, B, G*H) gradient for the gates output
     return products
+
+
+def _or_zeros(grad: Tensor | None, like: Tensor) -> Tensor:
+    """An output's gradient, or zeros when autograd passes None (that output was not used)."""
+    return torch.zeros_like(like) if grad is None else grad
 
 
 def _overwritten(gates: Tensor) -> Tensor:
@@ -80,6 +86,7 @@ class GRUScan(torch.autograd.Function):
     def backward(ctx, grad_hs, _):
         h0, weight_hh, gates, reset_h, hs, masks = ctx.saved_tensors
         T, B, H = hs.shape
+        grad_hs = _or_zeros(grad_hs, hs)
         grad_h0 = scan_loops_for(hs).gru_backward(grad_hs, h0, weight_hh, gates, hs, masks)
         grad_gates = _overwritten(gates)
         grad_weight_hh = torch.cat(
@@ -112,6 +119,7 @@ class LSTMScan(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_hs, grad_c_last, _):
         h0, c0, weight_hh, gates, cs, hs, masks = ctx.saved_tensors
+        grad_hs, grad_c_last = _or_zeros(grad_hs, hs), _or_zeros(grad_c_last, c0)
         loops = scan_loops_for(hs)
         grad_h0, grad_c0 = loops.lstm_backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks)
         grad_gates = _overwritten(gates)
@@ -138,6 +146,7 @@ class RNNScan(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_hs, _):
         h0, weight_hh, activations, hs, masks = ctx.saved_tensors
+        grad_hs = _or_zeros(grad_hs, hs)
         grad_h0 = scan_loops_for(hs).rnn_backward(grad_hs, weight_hh, activations, masks)
         grad_pre = _overwritten(activations)
         grad_weight_hh = _state_weight_gradient(grad_pre, h0, hs)

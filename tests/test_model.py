@@ -42,8 +42,11 @@ def test_no_pytorch_recurrent_modules_anywhere():
     for name in EXACT_COUNTS:
         model = build_model(PARAMS.models[name], _vocab(name))
         assert not [m for m in model.modules() if isinstance(m, forbidden)], name
-    pattern = re.compile(r"nn\.(GRU|GRUCell|LSTM|LSTMCell|RNN|RNNCell)\b")
-    offenders = [p for p in (REPO_ROOT / "src").rglob("*.py") if pattern.search(p.read_text())]
+    # Python modules, and ATen's or libtorch's recurrent kernels in the C++ loops
+    pattern = re.compile(r"nn(\.|::)(GRU|GRUCell|LSTM|LSTMCell|RNN|RNNCell)\b|at::(gru|lstm|rnn_tanh|rnn_relu|_thnn_fused)")
+    sources = [*(REPO_ROOT / "src").rglob("*.py"), *(REPO_ROOT / "src").rglob("*.cpp")]
+    assert any(p.suffix == ".cpp" for p in sources)
+    offenders = [p for p in sources if pattern.search(p.read_text())]
     assert offenders == []
 
 

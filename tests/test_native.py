@@ -9,7 +9,10 @@ import torch
 
 from rnnlm import native, scan_loops
 
-LOOP_FUNCTIONS = ["gru_forward", "gru_backward", "lstm_forward", "lstm_backward", "rnn_forward", "rnn_backward"]
+LOOP_FUNCTIONS = [
+    "gru_forward", "gru_backward", "lstm_forward", "lstm_backward", "rnn_forward", "rnn_backward",
+    "gru_step", "lstm_step", "rnn_step",
+]
 
 
 @pytest.fixture

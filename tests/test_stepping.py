@@ -25,7 +25,7 @@ def _model(config: ModelConfig) -> RecurrentLM:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
-def test_steps_equal_the_model_token_by_token(config):
+def test_steps_equal_the_model_token_by_token(config, scan_loops):
     model = _model(config)
     step = Stepper(model)
     tokens = torch.randint(0, config.vocab_size, (4, 15))
@@ -40,7 +40,29 @@ def test_steps_equal_the_model_token_by_token(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
-def test_a_step_continues_a_state_made_by_the_model(config):
+def test_float32_steps_match_the_float64_model(config, scan_loops):
+    """Sampling runs in float32, where the compiled steps take their vector code path; 37 hidden
+    units leave a vector tail at every width."""
+    config = ModelConfig(config.cell, config.vocab_size, config.embd, 37, config.layers, layer_norm=config.layer_norm)
+    model = _model(config)
+    step = Stepper(_as_float32(model))
+    tokens = torch.randint(0, config.vocab_size, (3, 10))
+    with torch.no_grad():
+        expected, _ = model(tokens)
+    state = None
+    for t in range(tokens.shape[1]):
+        logits, state = step(tokens[:, t], state)
+        torch.testing.assert_close(logits.double(), expected[:, t], rtol=1e-4, atol=1e-5)
+
+
+def _as_float32(model: RecurrentLM) -> RecurrentLM:
+    copy = RecurrentLM(model.config).eval()
+    copy.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    return copy
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
+def test_a_step_continues_a_state_made_by_the_model(config, scan_loops):
     """Stateful sampling feeds the prompt through the model and continues with steps."""
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (2, 8))
@@ -51,7 +73,7 @@ def test_a_step_continues_a_state_made_by_the_model(config):
     torch.testing.assert_close(logits, full[:, -1], rtol=1e-12, atol=1e-12)
 
 
-def test_no_state_means_zeros_and_batch_one_works():
+def test_no_state_means_zeros_and_batch_one_works(scan_loops):
     model = _model(CONFIGS[1])
     step = Stepper(model)
     token = torch.tensor([3])

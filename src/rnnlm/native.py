@@ -2,7 +2,7 @@
 
 `scan_loops_for(tensor)` gives the loops to run a scan on `tensor`'s device: the compiled ones for
 a CPU tensor when they are available, the Python ones (`rnnlm.scan_loops`, the only ones on CUDA)
-otherwise. Both have the same six functions with the same signatures.
+otherwise. Both have the same nine functions with the same signatures.
 
 The first call compiles the C++ file with the machine's C++ compiler and ninja (about 35 s on two
 cores) into PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`);

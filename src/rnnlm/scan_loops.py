@@ -1,6 +1,7 @@
-"""The per-step loops of `rnnlm.scans`, in Python over ATen calls: the ones that run on CUDA.
+"""The per-step loops of `rnnlm.scans` and the one-token steps of `rnnlm.stepping`, in Python over
+ATen calls: the ones that run on CUDA.
 
-On the CPU the same six functions come compiled from `csrc/scan_loops.cpp` (see `rnnlm.native`),
+On the CPU the same nine functions come compiled from `csrc/scan_loops.cpp` (see `rnnlm.native`),
 which fuses each step's elementwise work into one pass; tests hold both to the cells' readable steps.
 
 - forward: given the input-side products of all T steps, run per step only the hidden-side
@@ -159,3 +160,30 @@ def rnn_backward(grad_hs, weight_hh, activations, masks):
         grad = _grad_into_state(grad_out[t], grad_h, mask[t])
         grad_h = _tanh_backward(grad, a[t], grad_input=grad_a[t]) @ weight_hh
     return grad_h
+
+
+# One token, for sampling (`rnnlm.stepping`): no autograd, nothing kept. gates_x (B, G*H) holds the
+# input-side products with every bias added; the hidden-side matrices come transposed, (H, G*H).
+
+
+def gru_step(gates_x, h, rz_t, n_t):
+    """gates_x (B, 3H), h (B, H), rz_t (H, 2H), n_t (H, H) -> the new h (B, H)."""
+    H = h.shape[1]
+    rz = torch.addmm(gates_x[:, : 2 * H], h, rz_t).sigmoid_()  # (B, 2H)
+    candidate = torch.addmm(gates_x[:, 2 * H :], rz[:, :H] * h, n_t).tanh_()  # (B, H)
+    return torch.lerp(h, candidate, rz[:, H:])
+
+
+def lstm_step(gates_x, h, c, hh_t):
+    """gates_x (B, 4H), h, c (B, H), hh_t (H, 4H) -> the new h and c (B, H)."""
+    H = h.shape[1]
+    gates = torch.addmm(gates_x, h, hh_t)  # (B, 4H): i, f, o, g
+    gates[:, : 3 * H].sigmoid_()
+    gates[:, 3 * H :].tanh_()
+    c = torch.addcmul(gates[:, H : 2 * H] * c, gates[:, :H], gates[:, 3 * H :])
+    return gates[:, 2 * H : 3 * H] * torch.tanh(c), c
+
+
+def rnn_step(gates_x, h, hh_t):
+    """gates_x (B, H), h (B, H), hh_t (H, H) -> the new h (B, H)."""
+    return torch.addmm(gates_x, h, hh_t).tanh_()

@@ -8,6 +8,8 @@ A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
   Leviathan's 80 MB cost more than 200 characters of sampling, and BLAS reads the transposed layout
   at batch 1 as fast), and the GRU's extra r/z biases are added into the input-side bias, so each
   gate product is one `addmm`;
+- each layer's step is one call on the CPU (compiled, `csrc/scan_loops.cpp`: the hidden-side
+  products and the gates in one pass), a few ATen calls elsewhere (`rnnlm.scan_loops`);
 - it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
 
 In:  tokens (B,) int64 and a state in the model's format (one entry per layer, h or (h, c);
@@ -26,6 +28,7 @@ from torch import Tensor
 
 from rnnlm.cells import GRULayer, LSTMLayer, RecurrentLayer, RNNLayer
 from rnnlm.model import LanguageModel, ModelState, RecurrentLM
+from rnnlm.native import scan_loops_for
 
 
 class _LayerStep:
@@ -55,10 +58,7 @@ class _GRUStep(_LayerStep):
         self.n_t = layer.cell.weight_hh[2 * H :].T  # (H, H)
 
     def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
-        H = self.hidden_size
-        rz = torch.addmm(gates_x[:, : 2 * H], h, self.rz_t).sigmoid_()  # (B, 2H)
-        candidate = torch.addmm(gates_x[:, 2 * H :], rz[:, :H] * h, self.n_t).tanh_()  # (B, H)
-        return torch.lerp(h, candidate, rz[:, H:])
+        return scan_loops_for(gates_x).gru_step(gates_x, h, self.rz_t, self.n_t)
 
 
 class _LSTMStep(_LayerStep):
@@ -70,13 +70,7 @@ class _LSTMStep(_LayerStep):
         return like.new_zeros(batch, self.hidden_size), like.new_zeros(batch, self.hidden_size)
 
     def step(self, gates_x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        H = self.hidden_size
-        h, c = state
-        gates = torch.addmm(gates_x, h, self.hh_t)  # (B, 4H): i, f, o, g
-        gates[:, : 3 * H].sigmoid_()
-        gates[:, 3 * H :].tanh_()
-        c = torch.addcmul(gates[:, H : 2 * H] * c, gates[:, :H], gates[:, 3 * H :])
-        return gates[:, 2 * H : 3 * H] * torch.tanh(c), c
+        return tuple(scan_loops_for(gates_x).lstm_step(gates_x, state[0], state[1], self.hh_t))
 
 
 class _RNNStep(_LayerStep):
@@ -85,7 +79,7 @@ class _RNNStep(_LayerStep):
         self.hh_t = layer.cell.weight_hh.T  # (H, H)
 
     def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
-        return torch.addmm(gates_x, h, self.hh_t).tanh_()
+        return scan_loops_for(gates_x).rnn_step(gates_x, h, self.hh_t)
 
 
 _STEPS: dict[type[RecurrentLayer], type[_LayerStep]] = {GRULayer: _GRUStep, LSTMLayer: _LSTMStep, RNNLayer: _RNNStep}

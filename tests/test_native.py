@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,3 +74,14 @@ def test_a_contiguity_violation_is_refused_by_the_compiled_loops():
     with pytest.raises(RuntimeError, match="products must be contiguous"):
         loops.rnn_forward(products, torch.zeros(2, 6), torch.zeros(6, 6), torch.zeros(6), None)
 
+
+
+def test_pip_ninja_is_found_when_no_ninja_is_on_path(monkeypatch):
+    """A virtual environment's python run without activating it: its ninja is not on PATH."""
+    import ninja
+
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    monkeypatch.setenv("PATH", "/nowhere")
+    native._put_pip_ninja_on_path()
+    assert os.environ["PATH"].split(os.pathsep)[0] == ninja.BIN_DIR
+    assert (Path(ninja.BIN_DIR) / "ninja").exists()

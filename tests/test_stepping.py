@@ -27,16 +27,22 @@ def _model(config: ModelConfig) -> RecurrentLM:
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
 def test_steps_equal_the_model_token_by_token(config, scan_loops):
     model = _model(config)
-    step = Stepper(model)
     tokens = torch.randint(0, config.vocab_size, (4, 15))
+    state, expected_state = _step_through(Stepper(model), model, tokens, rtol=1e-12, atol=1e-12)
+    for a, b in zip(state, expected_state):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def _step_through(step, model, tokens, rtol, atol):
+    """Feed `tokens` (B, T) to `step` one column at a time, each step's logits held to the model's
+    forward over the whole sequence; returns the step's final state and the model's."""
     with torch.no_grad():
         expected, expected_state = model(tokens)
     state = None
     for t in range(tokens.shape[1]):
         logits, state = step(tokens[:, t], state)
-        torch.testing.assert_close(logits, expected[:, t], rtol=1e-12, atol=1e-12)
-    for a, b in zip(state, expected_state):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(logits.to(expected.dtype), expected[:, t], rtol=rtol, atol=atol)
+    return state, expected_state
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
@@ -45,14 +51,7 @@ def test_float32_steps_match_the_float64_model(config, scan_loops):
     units leave a vector tail at every width."""
     config = ModelConfig(config.cell, config.vocab_size, config.embd, 37, config.layers, layer_norm=config.layer_norm)
     model = _model(config)
-    step = Stepper(_as_float32(model))
-    tokens = torch.randint(0, config.vocab_size, (3, 10))
-    with torch.no_grad():
-        expected, _ = model(tokens)
-    state = None
-    for t in range(tokens.shape[1]):
-        logits, state = step(tokens[:, t], state)
-        torch.testing.assert_close(logits.double(), expected[:, t], rtol=1e-4, atol=1e-5)
+    _step_through(Stepper(_as_float32(model)), model, torch.randint(0, config.vocab_size, (3, 10)), rtol=1e-4, atol=1e-5)
 
 
 def _as_float32(model: RecurrentLM) -> RecurrentLM:

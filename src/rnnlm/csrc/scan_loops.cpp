@@ -125,6 +125,65 @@ class StepProduct {
   int64_t batch_;
 };
 
+// ---------------------------------------------------------------- one row of a forward step
+
+// The gate maths of one batch row, shared by the scans' forward and the sampling step. `bias` is
+// null for the sampling step, whose input products already carry the biases; `mask` is null when
+// there is no dropout; pre-activations are summed as x + bias + hidden.
+
+template <typename scalar_t>
+inline Vec<scalar_t> pre_activation(const scalar_t* x, const scalar_t* bias, const scalar_t* hidden, int64_t j, int64_t n) {
+  auto pre = load(x + j, n);
+  if (bias) pre = pre + load(bias + j, n);
+  return pre + load(hidden + j, n);
+}
+
+// GRU, r and z: rz[j] = sigmoid(x + bias + hidden) for j < 2H (rz may be hidden itself), then
+// reset_h = r * h_prev.
+template <typename scalar_t>
+inline void gru_gates_row(const scalar_t* x, const scalar_t* bias, const scalar_t* hidden, scalar_t* rz,
+                          const scalar_t* h_prev, scalar_t* reset_h, int64_t H) {
+  for_lanes<scalar_t>(2 * H, [&](int64_t j, int64_t n) { store(sigmoid(pre_activation(x, bias, hidden, j, n)), rz + j, n); });
+  for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) { store(load(rz + j, n) * load(h_prev + j, n), reset_h + j, n); });
+}
+
+// GRU, candidate and state: candidate = tanh(x_n + bias_n + hidden_n), kept unless `candidate_out`
+// is null; h_new = ((1 - z) h_prev + z candidate) * mask.
+template <typename scalar_t>
+inline void gru_state_row(const scalar_t* x_n, const scalar_t* bias_n, const scalar_t* hidden_n, scalar_t* candidate_out,
+                          const scalar_t* z, const scalar_t* h_prev, const scalar_t* mask, scalar_t* h_new, int64_t H) {
+  for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+    auto candidate = pre_activation(x_n, bias_n, hidden_n, j, n).tanh();
+    if (candidate_out) store(candidate, candidate_out + j, n);
+    auto h = load(h_prev + j, n);
+    auto next = h + load(z + j, n) * (candidate - h);
+    if (mask) next = next * load(mask + j, n);
+    store(next, h_new + j, n);
+  });
+}
+
+// LSTM: gates i, f, o = sigmoid, g = tanh of x + bias + hidden (kept unless `gates_out` is null);
+// c_new = f c_prev + i g; h_new = o tanh(c_new) * mask.
+template <typename scalar_t>
+inline void lstm_row(const scalar_t* x, const scalar_t* bias, const scalar_t* hidden, scalar_t* gates_out,
+                     const scalar_t* c_prev, scalar_t* c_new, const scalar_t* mask, scalar_t* h_new, int64_t H) {
+  for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
+    auto pre = [&](int64_t k) { return pre_activation(x + k * H, bias ? bias + k * H : nullptr, hidden + k * H, j, n); };
+    auto i = sigmoid(pre(0)), f = sigmoid(pre(1)), o = sigmoid(pre(2)), g = pre(3).tanh();
+    if (gates_out) {
+      store(i, gates_out + j, n);
+      store(f, gates_out + H + j, n);
+      store(o, gates_out + 2 * H + j, n);
+      store(g, gates_out + 3 * H + j, n);
+    }
+    auto c = f * load(c_prev + j, n) + i * g;
+    store(c, c_new + j, n);
+    auto h = o * c.tanh();
+    if (mask) h = h * load(mask + j, n);
+    store(h, h_new + j, n);
+  });
+}
+
 // ---------------------------------------------------------------- GRU
 
 // products (T, B, 3H), overwritten with the activated gates (r, z, candidate); h0 (B, H);
@@ -151,31 +210,15 @@ std::tuple<Tensor, Tensor> gru_forward(
       scalar_t* reset_t = reset_h[t].data_ptr<scalar_t>();
       const scalar_t* hrz_p = hidden_rz.data_ptr<scalar_t>();
       for_rows(B, 3 * H, [&](int64_t b) {
-        const scalar_t* x = x_t + b * 3 * H;
-        scalar_t* g = gates_t + b * 3 * H;
-        const scalar_t* hrz = hrz_p + b * 2 * H;
-        for_lanes<scalar_t>(2 * H, [&](int64_t j, int64_t n) {
-          store(sigmoid(load(x + j, n) + load(bias_p + j, n) + load(hrz + j, n)), g + j, n);
-        });
-        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          store(load(g + j, n) * load(h_p + b * H + j, n), reset_t + b * H + j, n);
-        });
+        gru_gates_row(x_t + b * 3 * H, bias_p, hrz_p + b * 2 * H, gates_t + b * 3 * H, h_p + b * H, reset_t + b * H, H);
       });
       Tensor hidden_n = times_n(reset_h[t]);  // (B, H) = (r * h_prev) W_n^T
       scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
       const scalar_t* hn_p = hidden_n.data_ptr<scalar_t>();
       for_rows(B, 3 * H, [&](int64_t b) {
-        const scalar_t* x = x_t + b * 3 * H + 2 * H;
         scalar_t* g = gates_t + b * 3 * H;
-        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
-        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto candidate = (load(x + j, n) + load(bias_p + 2 * H + j, n) + load(hn_p + b * H + j, n)).tanh();
-          store(candidate, g + 2 * H + j, n);
-          auto h_prev = load(h_p + b * H + j, n);
-          auto h_new = h_prev + load(g + H + j, n) * (candidate - h_prev);  // (1 - z) h + z candidate
-          if (mask) h_new = h_new * load(mask + j, n);
-          store(h_new, hs_t + b * H + j, n);
-        });
+        gru_state_row(x_t + b * 3 * H + 2 * H, bias_p + 2 * H, hn_p + b * H, g + 2 * H, g + H, h_p + b * H,
+                      mask_row<scalar_t>(masks, t, b, B, H), hs_t + b * H, H);
       });
       h = hs[t];
     }
@@ -261,23 +304,8 @@ std::tuple<Tensor, Tensor> lstm_forward(
       scalar_t* cs_t = cs[t].data_ptr<scalar_t>();
       scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
       for_rows(B, 4 * H, [&](int64_t b) {
-        const scalar_t* x = x_t + b * 4 * H;
-        const scalar_t* hid = hid_p + b * 4 * H;
-        scalar_t* g = g_t + b * 4 * H;
-        const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
-        for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto pre = [&](int64_t k) { return load(x + k * H + j, n) + load(bias_p + k * H + j, n) + load(hid + k * H + j, n); };
-          auto i = sigmoid(pre(0)), f = sigmoid(pre(1)), o = sigmoid(pre(2)), cand = pre(3).tanh();
-          store(i, g + j, n);
-          store(f, g + H + j, n);
-          store(o, g + 2 * H + j, n);
-          store(cand, g + 3 * H + j, n);
-          auto c_new = f * load(c_p + b * H + j, n) + i * cand;
-          store(c_new, cs_t + b * H + j, n);
-          auto h_new = o * c_new.tanh();
-          if (mask) h_new = h_new * load(mask + j, n);
-          store(h_new, hs_t + b * H + j, n);
-        });
+        lstm_row(x_t + b * 4 * H, bias_p, hid_p + b * 4 * H, g_t + b * 4 * H, c_p + b * H, cs_t + b * H,
+                 mask_row<scalar_t>(masks, t, b, B, H), hs_t + b * H, H);
       });
       h = hs[t];
       c = cs[t];
@@ -423,24 +451,15 @@ Tensor gru_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t
     scalar_t* rz_p = rz.data_ptr<scalar_t>();
     scalar_t* rh_p = reset_h.data_ptr<scalar_t>();
     for_rows(B, 3 * H, [&](int64_t b) {
-      const scalar_t* gx = gx_p + b * 3 * H;
-      scalar_t* g = rz_p + b * 2 * H;
-      for_lanes<scalar_t>(2 * H, [&](int64_t j, int64_t n) { store(sigmoid(load(gx + j, n) + load(g + j, n)), g + j, n); });
-      for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-        store(load(g + j, n) * load(h_p + b * H + j, n), rh_p + b * H + j, n);
-      });
+      scalar_t* rz_b = rz_p + b * 2 * H;  // the hidden-side products, activated in place
+      gru_gates_row<scalar_t>(gx_p + b * 3 * H, nullptr, rz_b, rz_b, h_p + b * H, rh_p + b * H, H);
     });
     Tensor hidden_n = at::mm(reset_h, n_t);  // (B, H)
     const scalar_t* hn_p = hidden_n.data_ptr<scalar_t>();
     scalar_t* out_p = h_new.data_ptr<scalar_t>();
     for_rows(B, 3 * H, [&](int64_t b) {
-      const scalar_t* gx = gx_p + b * 3 * H + 2 * H;
-      const scalar_t* z = rz_p + b * 2 * H + H;
-      for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-        auto candidate = (load(gx + j, n) + load(hn_p + b * H + j, n)).tanh();
-        auto h_prev = load(h_p + b * H + j, n);
-        store(h_prev + load(z + j, n) * (candidate - h_prev), out_p + b * H + j, n);
-      });
+      gru_state_row<scalar_t>(gx_p + b * 3 * H + 2 * H, nullptr, hn_p + b * H, nullptr, rz_p + b * 2 * H + H, h_p + b * H,
+                              nullptr, out_p + b * H, H);
     });
   });
   return h_new;
@@ -459,15 +478,8 @@ std::tuple<Tensor, Tensor> lstm_step(const Tensor& gates_x_in, const Tensor& h_i
     scalar_t* h_out = h_new.data_ptr<scalar_t>();
     scalar_t* c_out = c_new.data_ptr<scalar_t>();
     for_rows(B, 4 * H, [&](int64_t b) {
-      const scalar_t* gx = gx_p + b * 4 * H;
-      const scalar_t* hid = hid_p + b * 4 * H;
-      for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-        auto pre = [&](int64_t k) { return load(gx + k * H + j, n) + load(hid + k * H + j, n); };
-        auto i = sigmoid(pre(0)), f = sigmoid(pre(1)), o = sigmoid(pre(2)), cand = pre(3).tanh();
-        auto c_next = f * load(c_p + b * H + j, n) + i * cand;
-        store(c_next, c_out + b * H + j, n);
-        store(o * c_next.tanh(), h_out + b * H + j, n);
-      });
+      lstm_row<scalar_t>(gx_p + b * 4 * H, nullptr, hid_p + b * 4 * H, nullptr, c_p + b * H, c_out + b * H, nullptr,
+                         h_out + b * H, H);
     });
   });
   return {h_new, c_new};

@@ -1,6 +1,6 @@
 """Training-step and sampling speed of our layers beside the study's step-by-step cell and PyTorch's.
 
-    PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 30 min on 2 cores
+    PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 20 min on 2 cores
     PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
     PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
 

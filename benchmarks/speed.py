@@ -227,13 +227,14 @@ def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device
 
 
 def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[[], None]:
-    """A closure doing only the per-token matrix products of `model`'s step, on contiguous copies
-    laid out as the step reads them: (batch, H) x (H, G*H) per hidden-side and upper input-side
-    matrix, (batch, H) x (H, V) for the head. The first layer's input side is a table lookup."""
+    """A closure doing only the per-token matrix products of `model`'s step, on the matrices as the
+    step reads them (transposed views of the weights): (batch, H) x (H, G*H) per hidden-side and
+    upper input-side matrix, (batch, H) x (H, V) for the head. The first layer's input side is a
+    table lookup."""
     matrices = [layer.cell.weight_hh for layer in model.layers]
     matrices += [layer.cell.weight_ih for layer in model.layers[1:]]
     matrices.append(model.head.weight)
-    matrices = [m.detach().T.contiguous() for m in matrices]  # (H, rows)
+    matrices = [m.detach().T for m in matrices]  # (H, rows)
     x = matrices[0].new_zeros(batch, model.config.hidden)
 
     @torch.no_grad()

@@ -8,7 +8,8 @@
 //   to ten ATen calls), with ATen's vectorised exp/tanh (at::vec::Vectorized, the code behind
 //   torch.sigmoid and torch.tanh) and at::parallel_for over the batch rows;
 // - the hidden-side products, one matrix used at all T steps, go through MKL's packed GEMM for
-//   float32 (see StepProduct), about 1.3x faster per product here than a plain at::mm.
+//   float32 when the sequence is long enough (see StepProduct), about 1.3x faster per product
+//   here than a plain at::mm.
 //
 // Shapes: T steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
 // Gate order in a row: GRU r, z, n; LSTM i, f, o, g.
@@ -105,14 +106,20 @@ const PackedGemmOps* packed_gemm_ops() {
   return ops ? &*ops : nullptr;
 }
 
-// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at every step of a sequence. For float32
-// with MKL, W is reordered once into MKL's packed layout and each product reuses it; otherwise
-// (float64, builds without MKL) a plain at::mm.
+// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32 with
+// MKL and a sequence long enough to repay it, W is reordered once into MKL's packed layout (about
+// the cost of two products) and each product reuses it; otherwise (float64, builds without MKL,
+// a prompt of a few tokens, a one-token window of the evaluation) a plain at::mm on W as it is.
 class StepProduct {
  public:
-  StepProduct(const Tensor& weight, int64_t batch) : weight_(weight.contiguous()), batch_(batch) {
+  static constexpr int64_t kMinStepsToPack = 4;
+
+  StepProduct(const Tensor& weight, int64_t batch, int64_t steps) : weight_(weight), batch_(batch) {
     const PackedGemmOps* ops = packed_gemm_ops();
-    if (ops && weight_.scalar_type() == at::kFloat) packed_ = ops->reorder.call(weight_, batch_);
+    if (ops && weight.scalar_type() == at::kFloat && steps >= kMinStepsToPack) {
+      weight_ = weight.contiguous();
+      packed_ = ops->reorder.call(weight_, batch_);
+    }
   }
 
   Tensor operator()(const Tensor& x) const {
@@ -198,7 +205,7 @@ std::tuple<Tensor, Tensor> gru_forward(
   Tensor reset_h = at::empty({T, B, H}, products.options());
   Tensor hs = at::empty({T, B, H}, products.options());
   Tensor bias = at::cat({bias_ih.slice(0, 0, 2 * H) + bias_rz, bias_ih.slice(0, 2 * H)}).contiguous();  // (3H)
-  const StepProduct times_rz(weight_hh.slice(0, 0, 2 * H), B), times_n(weight_hh.slice(0, 2 * H), B);
+  const StepProduct times_rz(weight_hh.slice(0, 0, 2 * H), B, T), times_n(weight_hh.slice(0, 2 * H), B, T);
   Tensor h = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "gru_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
@@ -235,7 +242,7 @@ Tensor gru_backward(
   masks = contiguous(masks);
   const int64_t T = hs.size(0), B = hs.size(1), H = hs.size(2);
   const Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
-  const StepProduct times_rz_t(weight_hh.slice(0, 0, 2 * H).t(), B), times_n_t(weight_hh.slice(0, 2 * H).t(), B);
+  const StepProduct times_rz_t(weight_hh.slice(0, 0, 2 * H).t(), B, T), times_n_t(weight_hh.slice(0, 2 * H).t(), B, T);
   Tensor grad_h = at::zeros({B, H}, hs.options());  // carried to the previous step
   Tensor h0c = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(hs.scalar_type(), "gru_backward", [&] {
@@ -291,7 +298,7 @@ std::tuple<Tensor, Tensor> lstm_forward(
   Tensor hs = at::empty({T, B, H}, products.options());
   Tensor cs = at::empty({T, B, H}, products.options());
   Tensor bias = bias_ih.contiguous();
-  const StepProduct times_hh(weight_hh, B);
+  const StepProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous(), c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "lstm_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
@@ -324,7 +331,7 @@ std::tuple<Tensor, Tensor> lstm_backward(
   masks = contiguous(masks);
   const int64_t T = cs.size(0), B = cs.size(1), H = cs.size(2);
   const Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
-  const StepProduct times_hh_t(weight_hh.t(), B);
+  const StepProduct times_hh_t(weight_hh.t(), B, T);
   Tensor grad_h = at::zeros({B, H}, cs.options());
   Tensor grad_c = grad_c_last.contiguous().clone();
   Tensor c0c = c0.contiguous();
@@ -373,7 +380,7 @@ Tensor rnn_forward(Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih,
   const Tensor& activations = products;
   Tensor hs = at::empty_like(products);
   Tensor bias = bias_ih.contiguous();
-  const StepProduct times_hh(weight_hh, B);
+  const StepProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "rnn_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
@@ -406,7 +413,7 @@ Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::o
   masks = contiguous(masks);
   const int64_t T = activations.size(0), B = activations.size(1), H = activations.size(2);
   const Tensor& grad_pre = activations;
-  const StepProduct times_hh_t(weight_hh.t(), B);
+  const StepProduct times_hh_t(weight_hh.t(), B, T);
   Tensor grad_h = at::zeros({B, H}, activations.options());
   AT_DISPATCH_FLOATING_TYPES(activations.scalar_type(), "rnn_backward", [&] {
     const Vec<scalar_t> one(1);

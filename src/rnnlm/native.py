@@ -8,9 +8,10 @@ The first call compiles the C++ file with the machine's C++ compiler and ninja (
 cores) into PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`);
 later processes load the cached library in milliseconds. Build flags follow the vector
 instructions PyTorch itself uses on this CPU (`torch.backends.cpu.get_cpu_capability()`). The
-library is named after those flags and a digest of the source, so every copy of the repository
-with the same source (a DVC experiment's temporary workspace, a test's scratch repository) loads
-the same build instead of compiling its own, and a changed source never loads a stale one.
+library is named after a digest of the source, those flags and the PyTorch it is built against,
+so every copy of the repository with the same source (a DVC experiment's temporary workspace, a
+test's scratch repository) loads the same build instead of compiling its own, a changed source
+never loads a stale one, and two environments (two virtual environments, say) keep a build each.
 
 `RNNLM_NATIVE=0` turns the compiled loops off (the Python ones run everywhere). If the build fails
 (no compiler, say), one warning says why and the Python loops run: slower, the same numbers.
@@ -58,7 +59,9 @@ def compiled() -> ModuleType | None:
     capability = _capability()
     source = SOURCE.read_text(encoding="utf-8")
     cflags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
-    digest = hashlib.sha256("\0".join([source, *cflags]).encode()).hexdigest()[:12]
+    # The build also depends on which PyTorch it compiles against (its headers' path is in the build
+    # file): two environments get two builds instead of rebuilding one in turn.
+    digest = hashlib.sha256("\0".join([source, *cflags, torch.__version__, torch.__file__]).encode()).hexdigest()[:12]
     try:
         _put_pip_ninja_on_path()
         return cpp_extension.load_inline(  # the source is copied into the build directory: one path per digest

@@ -191,6 +191,14 @@ inline void lstm_row(const scalar_t* x, const scalar_t* bias, const scalar_t* hi
   });
 }
 
+// The gradient w.r.t. a step's new state before its mask, lanes j..j+n of one row:
+// (output gradient + gradient carried from the next step) * mask (mask may be null).
+template <typename scalar_t>
+inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* carried, const scalar_t* mask, int64_t j, int64_t n) {
+  auto grad = load(grad_out + j, n) + load(carried + j, n);
+  return mask ? grad * load(mask + j, n) : grad;
+}
+
 // ---------------------------------------------------------------- GRU
 
 // products (T, B, 3H), overwritten with the activated gates (r, z, candidate); h0 (B, H);
@@ -259,8 +267,7 @@ Tensor gru_backward(
         scalar_t* gg = gg_t + b * 3 * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto grad = load(go_t + b * H + j, n) + load(gh_p + b * H + j, n);
-          if (mask) grad = grad * load(mask + j, n);
+          auto grad = grad_into_state(go_t + b * H, gh_p + b * H, mask, j, n);
           auto z = load(g + H + j, n), candidate = load(g + 2 * H + j, n);
           auto grad_through_z = grad * z;
           store(grad_through_z * (one - candidate * candidate), gg + 2 * H + j, n);
@@ -351,8 +358,7 @@ std::tuple<Tensor, Tensor> lstm_backward(
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
           const int64_t cell = b * H + j;
-          auto grad = load(go_t + cell, n) + load(gh_p + cell, n);  // w.r.t. h
-          if (mask) grad = grad * load(mask + j, n);
+          auto grad = grad_into_state(go_t + b * H, gh_p + b * H, mask, j, n);  // w.r.t. h
           auto i = load(g + j, n), f = load(g + H + j, n), o = load(g + 2 * H + j, n), cand = load(g + 3 * H + j, n);
           auto tanh_c = load(c_t + cell, n).tanh();
           auto grad_c_here = load(gc_p + cell, n) + grad * o * (one - tanh_c * tanh_c);  // through h = o tanh(c)
@@ -426,8 +432,7 @@ Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::o
         const int64_t row = b * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto grad = load(go_t + row + j, n) + load(gh_p + row + j, n);
-          if (mask) grad = grad * load(mask + j, n);
+          auto grad = grad_into_state(go_t + row, gh_p + row, mask, j, n);
           auto a = load(a_t + row + j, n);
           store(grad * (one - a * a), gp_t + row + j, n);
         });

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, make_dvc_repo, run, save_tiny_checkpoint, sha256_of, synthetic_play
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, sha256_of, synthetic_play
 from tests.test_pipeline import _tiny_models
 
 CORPUS = synthetic_play(30_000)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 

@@ -22,6 +22,8 @@ change.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -33,11 +35,13 @@ from rnnlm.native import scan_loops_for
 
 class _LayerStep:
     """One layer's arranged weights and its step. `input_t` (I, G*H) is None for the first layer,
-    whose input product comes from the folded embedding table."""
+    whose input product comes from the folded embedding table; `loops` runs the step (compiled or
+    Python, chosen once per stepper for its device)."""
 
-    def __init__(self, layer: RecurrentLayer, input_t: Tensor | None, bias: Tensor):
+    def __init__(self, layer: RecurrentLayer, input_t: Tensor | None, bias: Tensor, loops: ModuleType):
         self.hidden_size = layer.hidden_size
         self.input_t, self.bias = input_t, bias  # (I, G*H), (G*H)
+        self.loops = loops
 
     def gates_x(self, x: Tensor) -> Tensor:
         """Input-side products (B, G*H) from the layer below's output x (B, I)."""
@@ -51,35 +55,35 @@ class _LayerStep:
 
 
 class _GRUStep(_LayerStep):
-    def __init__(self, layer: GRULayer, input_t: Tensor | None, bias: Tensor):
+    def __init__(self, layer: GRULayer, input_t: Tensor | None, bias: Tensor, loops: ModuleType):
         H = layer.hidden_size
-        super().__init__(layer, input_t, torch.cat([bias[: 2 * H] + layer.cell.bias_rz, bias[2 * H :]]))
+        super().__init__(layer, input_t, torch.cat([bias[: 2 * H] + layer.cell.bias_rz, bias[2 * H :]]), loops)
         self.rz_t = layer.cell.weight_hh[: 2 * H].T  # (H, 2H)
         self.n_t = layer.cell.weight_hh[2 * H :].T  # (H, H)
 
     def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
-        return scan_loops_for(gates_x).gru_step(gates_x, h, self.rz_t, self.n_t)
+        return self.loops.gru_step(gates_x, h, self.rz_t, self.n_t)
 
 
 class _LSTMStep(_LayerStep):
-    def __init__(self, layer: LSTMLayer, input_t: Tensor | None, bias: Tensor):
-        super().__init__(layer, input_t, bias)
+    def __init__(self, layer: LSTMLayer, input_t: Tensor | None, bias: Tensor, loops: ModuleType):
+        super().__init__(layer, input_t, bias, loops)
         self.hh_t = layer.cell.weight_hh.T  # (H, 4H)
 
     def zero_state(self, batch: int, like: Tensor):
         return like.new_zeros(batch, self.hidden_size), like.new_zeros(batch, self.hidden_size)
 
     def step(self, gates_x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        return tuple(scan_loops_for(gates_x).lstm_step(gates_x, state[0], state[1], self.hh_t))
+        return tuple(self.loops.lstm_step(gates_x, state[0], state[1], self.hh_t))
 
 
 class _RNNStep(_LayerStep):
-    def __init__(self, layer: RNNLayer, input_t: Tensor | None, bias: Tensor):
-        super().__init__(layer, input_t, bias)
+    def __init__(self, layer: RNNLayer, input_t: Tensor | None, bias: Tensor, loops: ModuleType):
+        super().__init__(layer, input_t, bias, loops)
         self.hh_t = layer.cell.weight_hh.T  # (H, H)
 
     def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
-        return scan_loops_for(gates_x).rnn_step(gates_x, h, self.hh_t)
+        return self.loops.rnn_step(gates_x, h, self.hh_t)
 
 
 _STEPS: dict[type[RecurrentLayer], type[_LayerStep]] = {GRULayer: _GRUStep, LSTMLayer: _LSTMStep, RNNLayer: _RNNStep}
@@ -90,11 +94,12 @@ class Stepper:
 
     @torch.inference_mode()
     def __init__(self, model: RecurrentLM):
+        loops = scan_loops_for(model.head.weight)
         self.layers: list[_LayerStep] = []
         for i, layer in enumerate(model.layers):
             cell = layer.cell
             input_t = None if i == 0 else cell.weight_ih.T
-            self.layers.append(_STEPS[type(layer)](layer, input_t, cell.bias_ih.clone()))
+            self.layers.append(_STEPS[type(layer)](layer, input_t, cell.bias_ih.clone(), loops))
         # Row v is token v's input-side products in the first layer, biases included: (V, G*H).
         self.table = model.first_layer_table() + self.layers[0].bias
         self.norm = model.norm

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path

@@ -9,7 +9,8 @@
   reference only, never a correctness one.
 
 Both take tokens (B, T) and return logits (B, T, V), and expose `step(tokens (B,), state)` for
-stateful sampling, the state carried as each one naturally does.
+stateful sampling, the state carried as each one naturally does; `sample_like_the_study` picks
+their next tokens the way the study's sampling code does.
 """
 
 from __future__ import annotations
@@ -142,3 +143,9 @@ class TorchLM(nn.Module):
     def step(self, tokens: Tensor, state) -> tuple[Tensor, object]:
         x, state = self.recurrent(self.embedding(tokens)[:, None], state)  # (B, 1, H)
         return self.head(self.norm(x[:, 0])), state
+
+
+def sample_like_the_study(logits: Tensor, temperature: float, generator: torch.Generator) -> Tensor:
+    """Next ids (B,) from logits (B, V) as the study samples: softmax at `temperature`, then
+    `torch.multinomial`."""
+    return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator).squeeze(-1)

@@ -15,8 +15,11 @@ machine's large float32 matrix-product rate measured at the start. Peak memory i
 allocates on top of what was held before it (tensors only, from the profiler's allocation events
 on the CPU, from the allocator's statistics on CUDA).
 
-Sampling: stateful generation from a one-token prompt, softmax sampling at temperature 1, for the
-character models, in characters per second at batch 1 and at batch 64. Beside them, "products
+Sampling: stateful generation from a one-token prompt, sampling at temperature 1, for the
+character models, in characters per second at batch 1 and at batch 64: ours through
+`rnnlm.sampling.generate` (on the CPU, its compiled loop), the study's cell and PyTorch's layers
+through a Python loop of their steps, picking as the study's code does (softmax, then
+`torch.multinomial`). Beside them, "products
 alone": only the matrix products one step of our model cannot avoid (each hidden-side matrix, each
 input-side matrix above the first layer, the output layer), nothing else. No implementation that
 does these products in float32 samples faster; at batch 1 they read every weight once per
@@ -41,11 +44,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from references import StepByStepLM, TorchLM  # noqa: E402
+from references import StepByStepLM, TorchLM, sample_like_the_study  # noqa: E402
 
 from rnnlm.model import ModelConfig, RecurrentLM, config_from_params, count_parameters  # noqa: E402
 from rnnlm.params import load_params  # noqa: E402
-from rnnlm.sampling import Decoding, generate, make_generator, pick  # noqa: E402
+from rnnlm.sampling import Decoding, generate, make_generator  # noqa: E402
 from rnnlm.train import resolve_device  # noqa: E402
 
 CHAR_VOCAB = 65
@@ -210,7 +213,7 @@ def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device
             state = None
             for _ in range(new_tokens):
                 logits, state = model.step(token, state)
-                token = pick(logits, decoding, generator)
+                token = sample_like_the_study(logits, decoding.temperature, generator)
 
         return run
 

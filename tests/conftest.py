@@ -128,13 +128,14 @@ def sentencepiece_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(params=["python", "compiled"])
 def scan_loops(request, monkeypatch):
-    """Run the test once with each implementation of the per-step loops (training scans and
-    sampling steps): the Python ones (what CUDA runs) and the compiled C++ ones (what the CPU
-    runs). A failed C++ build fails here."""
+    """Run the test once with each implementation of the per-step loops (training scans, sampling
+    steps, the whole model's step and the generation loop): the Python ones (what CUDA runs) and
+    the compiled C++ ones (what the CPU runs). A failed C++ build fails here."""
     from rnnlm import native, scan_loops, scans, stepping
 
-    loops = scan_loops if request.param == "python" else native.compiled()
-    assert loops is not None, "the C++ scan loops did not build (see the warning above)"
-    for user in (scans, stepping):
-        monkeypatch.setattr(user, "scan_loops_for", lambda tensor: loops)
+    compiled = None if request.param == "python" else native.compiled()
+    assert request.param == "python" or compiled is not None, "the C++ code did not build (see the warning above)"
+    loops = compiled or scan_loops
+    monkeypatch.setattr(scans, "scan_loops_for", lambda tensor: loops)
+    monkeypatch.setattr(stepping, "compiled_for", lambda tensor: compiled)
     return loops

@@ -62,7 +62,7 @@ def test_the_build_is_named_after_its_source_and_flags(monkeypatch, fresh_build_
     monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: names.append(kwargs["name"]))
     native.compiled()
     native.compiled.cache_clear()
-    monkeypatch.setattr(native.SOURCE.__class__, "read_text", lambda self, encoding=None: "// changed")
+    monkeypatch.setattr(native.SOURCES[0].__class__, "read_text", lambda self, encoding=None: "// changed")
     native.compiled()
     assert len(names) == 2 and names[0] != names[1]
     assert all(name.startswith(f"rnnlm_scan_loops_{native._capability().lower()}_") for name in names)

@@ -38,7 +38,7 @@ def _refeed_reference(model, prompt, decoding, steps, num_samples, seed):
 
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=lambda d: d.strategy)
-def test_stateful_equals_refeeding_the_prefix(model, decoding):
+def test_stateful_equals_refeeding_the_prefix(model, decoding, scan_loops):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     got = generate(model, prompt, mode="stateful", decoding=decoding, max_new_tokens=40, num_samples=3,
                    generator=make_generator(11))
@@ -46,7 +46,7 @@ def test_stateful_equals_refeeding_the_prefix(model, decoding):
 
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=lambda d: d.strategy)
-def test_stateless_ignores_all_but_the_last_prompt_token(model, decoding):
+def test_stateless_ignores_all_but_the_last_prompt_token(model, decoding, scan_loops):
     a = generate(model, [1, 2, 3, 7], mode="stateless", decoding=decoding, max_new_tokens=30, generator=make_generator(5))
     b = generate(model, [9, 9, 7], mode="stateless", decoding=decoding, max_new_tokens=30, generator=make_generator(5))
     c = generate(model, [7], mode="stateless", decoding=decoding, max_new_tokens=30, generator=make_generator(5))
@@ -114,3 +114,122 @@ def test_bad_requests_are_clear_errors(model, kwargs, message):
     prompt = request.pop("prompt")
     with pytest.raises(SamplingError, match="^" + message):
         generate(model, prompt, **request)
+
+
+# ---------------------------------------------------------------------------------------------
+# pick: which tokens can be drawn and how likely, and its C++ twin
+
+
+def test_draws_follow_the_candidates_probabilities():
+    """Frequencies over 40,000 draws within 0.01 of the probabilities (about 4 standard deviations)."""
+    logits = torch.tensor([[0.3, 2.0, -1.0, 1.2, 0.0]])
+    many = logits.expand(40_000, -1)
+    cases = [
+        (Decoding("temperature", temperature=0.7), (logits / 0.7).softmax(-1)[0]),
+        (Decoding("top_k", temperature=1.0, top_k=3), logits[0].exp() * torch.tensor([1, 1, 0, 1, 0])),
+        # probabilities 0.10, 0.55, 0.03, 0.25, 0.07: ranked 1, 3, ...; before 3 is 0.55 < 0.7, before 0 is 0.80
+        (Decoding("top_p", temperature=1.0, top_p=0.7), logits[0].exp() * torch.tensor([0, 1, 0, 1, 0])),
+    ]
+    for decoding, weights in cases:
+        expected = weights / weights.sum()
+        counts = torch.bincount(pick(many, decoding, make_generator(1)), minlength=5) / len(many)
+        assert torch.allclose(counts, expected.float(), atol=0.01), (decoding, counts, expected)
+
+
+def test_ties_rank_the_lower_id_first():
+    logits = torch.tensor([[1.0, 3.0, 3.0, 3.0, 0.0]])
+    assert pick(logits, Decoding("greedy"), None).item() == 1
+    assert set(pick(logits.expand(300, -1), Decoding("top_k", top_k=2), make_generator(0)).tolist()) == {1, 2}
+
+
+def test_top_p_of_one_keeps_every_token():
+    logits = torch.zeros(3000, 4)
+    assert set(pick(logits, Decoding("top_p", top_p=1.0), make_generator(0)).tolist()) == {0, 1, 2, 3}
+
+
+def _picks_differ(logits, decoding, compiled, seed):
+    python_generator, cpp_generator = make_generator(seed), make_generator(seed)
+    by_python = pick(logits, decoding, python_generator)
+    by_cpp = compiled.pick(logits, decoding.strategy, decoding.temperature, decoding.top_k, decoding.top_p, cpp_generator)
+    same_stream_after = torch.equal(torch.rand(3, generator=python_generator), torch.rand(3, generator=cpp_generator))
+    return not (torch.equal(by_python, by_cpp) and same_stream_after)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("decoding", DECODINGS + [Decoding("top_k", temperature=0.5, top_k=1)], ids=lambda d: d.strategy)
+def test_the_compiled_pick_is_the_same_function(decoding, dtype):
+    """Same ids and the same numbers drawn from the generator, on random rows and rows with ties."""
+    from rnnlm import native
+
+    compiled = native.compiled()
+    assert compiled is not None, "the C++ code did not build"
+    torch.manual_seed(0)
+    for seed in range(20):
+        logits = (torch.randn(6, 23) * 3).to(dtype)
+        logits[1, 5:9] = logits[1].max()  # ties at the top
+        logits[2] = torch.randint(0, 3, (23,)).to(dtype)  # many ties
+        assert not _picks_differ(logits, decoding, compiled, seed)
+        assert not _picks_differ(logits[3:4], decoding, compiled, seed)  # batch 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The generation loop in C++ (what `generate` runs on the CPU) and its Python twin
+
+LOOP_CONFIGS = [
+    ModelConfig("gru", vocab_size=19, embd=6, hidden=12, layers=3),
+    ModelConfig("lstm", vocab_size=19, embd=6, hidden=12, layers=2, layer_norm=True),
+    ModelConfig("rnn", vocab_size=19, embd=5, hidden=9, layers=2),
+]
+
+
+def _float32_model(config: ModelConfig) -> RecurrentLM:
+    torch.manual_seed(0)
+    model = RecurrentLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+@pytest.mark.parametrize("config", LOOP_CONFIGS, ids=lambda c: c.cell)
+def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
+    from rnnlm.stepping import Stepper
+
+    stepper = Stepper(_float32_model(config))
+    assert stepper.compiled is not None, "the C++ code did not build"
+    python_stepper = Stepper(_float32_model(config))
+    python_stepper.compiled = None  # its own loop over the layers, with the compiled layer steps
+    tokens = torch.tensor([3, 0, 18])
+    state = python_state = None
+    for _ in range(4):
+        logits, state = stepper(tokens, state)
+        python_logits, python_state = python_stepper(tokens, python_state)
+        assert torch.equal(logits, python_logits)
+        tokens = logits.argmax(-1)
+    flat = lambda s: [t for entry in s for t in (entry if isinstance(entry, tuple) else (entry,))]  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(flat(state), flat(python_state), strict=True))
+
+
+@pytest.mark.parametrize("mode", ["stateful", "stateless"])
+@pytest.mark.parametrize("config", LOOP_CONFIGS, ids=lambda c: c.cell)
+def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):
+    from rnnlm.sampling import generation_loop
+    from rnnlm.stepping import Stepper
+
+    model = _float32_model(config)
+    stepper = Stepper(model)
+    assert stepper.compiled is not None, "the C++ code did not build"
+    stateful = mode == "stateful"
+    for decoding in DECODINGS:
+        for batch in (1, 3):
+            prompt = torch.tensor([[4, 7, 1]]).expand(batch, -1)
+            with torch.inference_mode():
+                logits, state = model(prompt) if stateful else stepper(prompt[:, -1])
+            logits = logits[:, -1] if stateful else logits
+            seen = []
+            by_cpp = generate(model, [4, 7, 1], mode=mode, decoding=decoding, max_new_tokens=30, num_samples=batch,
+                              generator=make_generator(batch), on_token=seen.append)
+            by_python = generation_loop(stepper, logits, state, stateful=stateful, decoding=decoding,
+                                        max_new_tokens=30, generator=make_generator(batch))
+            assert torch.equal(by_cpp, by_python), (decoding, batch)
+            assert torch.equal(torch.stack(seen, dim=1), by_cpp)

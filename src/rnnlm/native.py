@@ -1,10 +1,15 @@
-"""The C++ scan loops (`csrc/scan_loops.cpp`), compiled on first use with PyTorch's own extension builder.
+"""The C++ code (`csrc/`), compiled on first use with PyTorch's own extension builder.
 
-`scan_loops_for(tensor)` gives the loops to run a scan on `tensor`'s device: the compiled ones for
-a CPU tensor when they are available, the Python ones (`rnnlm.scan_loops`, the only ones on CUDA)
-otherwise. Both have the same nine functions with the same signatures.
+Three files, one module: `scan_loops.cpp` (the per-step loops of the scans and the one-layer
+sampling steps; Python twin `rnnlm.scan_loops`), `generation.cpp` (a whole model's step, the choice
+of the next token and the generation loop; Python twins in `rnnlm.stepping` and `rnnlm.sampling`)
+and `bindings.cpp` (the Python names).
 
-The first call compiles the C++ file with the machine's C++ compiler and ninja (about 35 s on two
+`compiled_for(tensor)` gives the compiled module for a CPU tensor when it is available, else None;
+`scan_loops_for(tensor)` the loops to run a scan on `tensor`'s device: the compiled ones, or the
+Python ones (the only ones on CUDA) with the same nine functions and signatures.
+
+The first call compiles the C++ files with the machine's C++ compiler and ninja (about 35 s on two
 cores) into PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`);
 later processes load the cached library in milliseconds. Build flags follow the vector
 instructions PyTorch itself uses on this CPU (`torch.backends.cpu.get_cpu_capability()`). The
@@ -31,7 +36,8 @@ import torch
 
 from rnnlm import scan_loops
 
-SOURCE = Path(__file__).parent / "csrc" / "scan_loops.cpp"
+# Joined in this order into one translation unit: each file uses what the ones before it define.
+SOURCES = [Path(__file__).parent / "csrc" / name for name in ("scan_loops.cpp", "generation.cpp", "bindings.cpp")]
 
 # The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.
 _CAPABILITY_FLAGS = {
@@ -53,11 +59,11 @@ def _capability() -> str:
 
 @cache
 def compiled() -> ModuleType | None:
-    """The compiled loops, built or loaded once per process; None (after one warning) if the build fails."""
+    """The compiled module, built or loaded once per process; None (after one warning) if the build fails."""
     from torch.utils import cpp_extension
 
     capability = _capability()
-    source = SOURCE.read_text(encoding="utf-8")
+    source = "\n".join(path.read_text(encoding="utf-8") for path in SOURCES)
     cflags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
     # The build also depends on which PyTorch it compiles against (its headers' path is in the build
     # file): two environments get two builds instead of rebuilding one in turn.
@@ -88,8 +94,13 @@ def _put_pip_ninja_on_path() -> None:
         os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
+def compiled_for(tensor: torch.Tensor) -> ModuleType | None:
+    """The compiled module for `tensor`'s device: on the CPU when enabled and built, else None."""
+    if tensor.device.type == "cpu" and enabled():
+        return compiled()
+    return None
+
+
 def scan_loops_for(tensor: torch.Tensor) -> ModuleType:
     """The scan loops for `tensor`'s device: compiled on the CPU when possible, Python otherwise."""
-    if tensor.device.type == "cpu" and enabled():
-        return compiled() or scan_loops
-    return scan_loops
+    return compiled_for(tensor) or scan_loops

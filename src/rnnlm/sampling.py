@@ -8,6 +8,12 @@ Modes:
 
 In:  a model, prompt ids, a `Decoding`, a mode, how many tokens and samples, a seeded generator.
 Out: the new ids, (num_samples, max_new_tokens). Same seed, same ids on the CPU.
+
+On the CPU, a recurrent model's loop after the prompt runs in C++ (`csrc/generation.cpp`, through
+`Stepper.compiled`); `generation_loop` and `pick` here are its reference and what CUDA runs. Both
+draw the same numbers from the generator and give the same ids (tested). Their one difference, the
+last bit of an `exp` (C++'s against PyTorch's vectorised one), could move a draw across a boundary
+between two tokens with a probability of about 1e-16 per draw.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from rnnlm.errors import RnnlmError
 from rnnlm.model import LanguageModel
-from rnnlm.stepping import make_step
+from rnnlm.stepping import Stepper, flat_state, make_step
 
 MODES = ("stateless", "stateful")
 STRATEGIES = ("greedy", "temperature", "top_k", "top_p")
@@ -65,21 +72,37 @@ class Decoding:
 
 
 def pick(logits: Tensor, decoding: Decoding, generator: torch.Generator | None) -> Tensor:
-    """Next ids (B,) from logits (B, V)."""
+    """Next ids (B,) from logits (B, V): the most likely (greedy, the lower id on a tie), or one draw
+    per row from `candidate_weights`: one uniform u per row (float64), and the first token whose
+    cumulative weight exceeds u times the total. `csrc/generation.cpp` has the same in C++, drawing the
+    same numbers from the generator."""
     if decoding.strategy == "greedy":
         return logits.argmax(dim=-1)
-    scaled = logits.float() / decoding.temperature  # (B, V)
+    cumulative = candidate_weights(logits, decoding).cumsum(-1)  # (B, V)
+    total = cumulative[:, -1:]  # (B, 1)
+    u = torch.rand(total.shape, dtype=torch.float64, device=logits.device, generator=generator)  # (B, 1)
+    drawn = (cumulative <= u * total).sum(-1)  # (B,)
+    last = (cumulative < total).sum(-1)  # the last token with weight, which u * total could round up to
+    return torch.minimum(drawn, last)
+
+
+def candidate_weights(logits: Tensor, decoding: Decoding) -> Tensor:
+    """logits (B, V) -> float64 weights (B, V) proportional to the probabilities of the next token,
+    zero outside the candidates: exp(logits / T - max) for temperature sampling; for top-k and top-p
+    the tokens ranked by weight (a tie ranks the lower id first) and only the k first, or the first
+    ones whose weight before them stays below p of the total, kept."""
+    scaled = logits.double() / decoding.temperature  # (B, V)
+    weights = (scaled - scaled.amax(-1, keepdim=True)).exp()
+    if decoding.strategy not in ("top_k", "top_p"):
+        return weights
+    ranked, order = weights.sort(dim=-1, descending=True, stable=True)  # (B, V)
     if decoding.strategy == "top_k":
-        values, indices = scaled.topk(decoding.top_k, dim=-1)  # (B, k)
-        choice = torch.multinomial(values.softmax(-1), 1, generator=generator)  # (B, 1)
-        return indices.gather(-1, choice).squeeze(-1)
-    if decoding.strategy == "top_p":
-        probs, indices = scaled.softmax(-1).sort(dim=-1, descending=True)  # (B, V)
-        before = probs.cumsum(-1) - probs  # probability of the tokens ranked above each one
-        probs = probs.masked_fill(before >= decoding.top_p, 0.0)  # the top token always stays
-        choice = torch.multinomial(probs, 1, generator=generator)
-        return indices.gather(-1, choice).squeeze(-1)
-    return torch.multinomial(scaled.softmax(-1), 1, generator=generator).squeeze(-1)
+        keep = torch.arange(ranked.shape[-1], device=ranked.device) < decoding.top_k  # (V,)
+    else:
+        cumulative = ranked.cumsum(-1)
+        before = F.pad(cumulative[:, :-1], (1, 0))  # (B, V): the weight ranked above each token
+        keep = before < decoding.top_p * cumulative[:, -1:]
+    return torch.zeros_like(weights).scatter_(-1, order, ranked * keep)
 
 
 def check_request(prompt: list[int], mode: str, max_new_tokens: int, num_samples: int) -> None:
@@ -128,6 +151,19 @@ def generate(
         logits = logits[:, -1]  # (N, V)
     else:
         logits, state = step(prompt_ids[:, -1], None)
+    if isinstance(step, Stepper) and step.compiled is not None:
+        # The same loop in C++ (csrc/generation.cpp): at batch 1 a character then costs the model's
+        # products and little else. The same ids.
+        return step.compiled.generate(logits, flat_state(state), stateful, max_new_tokens, decoding.strategy,
+                                      decoding.temperature, decoding.top_k, decoding.top_p, generator, on_token)
+    return generation_loop(step, logits, state, stateful=stateful, decoding=decoding, max_new_tokens=max_new_tokens,
+                           generator=generator, on_token=on_token)
+
+
+def generation_loop(step, logits: Tensor, state, *, stateful: bool, decoding: Decoding, max_new_tokens: int,
+                    generator: torch.Generator | None, on_token: Callable[[Tensor], None] | None = None) -> Tensor:
+    """From the prompt's logits (N, V) and state: pick a token, step (carrying the state if
+    `stateful`), repeat -> the new ids (N, max_new_tokens)."""
     picked = []  # one (N,) tensor per step, stacked once at the end (cheaper than writing columns)
     for i in range(max_new_tokens):
         token = pick(logits, decoding, generator)  # (N,)
@@ -137,5 +173,5 @@ def generate(
         if i + 1 < max_new_tokens:
             logits, state = step(token, state if stateful else None)
     if not picked:
-        return torch.empty(num_samples, 0, dtype=torch.long, device=device)
+        return torch.empty(logits.shape[0], 0, dtype=torch.long, device=logits.device)
     return torch.stack(picked, dim=1)  # (N, max_new_tokens)

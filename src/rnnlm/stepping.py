@@ -10,6 +10,9 @@ A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
   gate product is one `addmm`;
 - each layer's step is one call on the CPU (compiled, `csrc/scan_loops.cpp`: the hidden-side
   products and the gates in one pass), a few ATen calls elsewhere (`rnnlm.scan_loops`);
+- on the CPU the whole step is one call too: `compiled`, the same step in C++
+  (`csrc/generation.cpp`), which `rnnlm.sampling.generate` also runs its loop through; the Python
+  `__call__` is its twin (what CUDA runs), and gives the same logits bit for bit;
 - it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
 
 In:  tokens (B,) int64 and a state in the model's format (one entry per layer, h or (h, c);
@@ -30,7 +33,8 @@ from torch import Tensor
 
 from rnnlm.cells import GRULayer, LSTMLayer, RecurrentLayer, RNNLayer
 from rnnlm.model import LanguageModel, ModelState, RecurrentLM
-from rnnlm.native import scan_loops_for
+from rnnlm import scan_loops
+from rnnlm.native import compiled_for
 
 
 class _LayerStep:
@@ -50,6 +54,10 @@ class _LayerStep:
     def zero_state(self, batch: int, like: Tensor):
         return like.new_zeros(batch, self.hidden_size)
 
+    def hidden_t(self) -> list[Tensor]:
+        """The hidden-side matrices, transposed, as the compiled step takes them."""
+        raise NotImplementedError
+
     def step(self, gates_x: Tensor, state):
         raise NotImplementedError
 
@@ -60,6 +68,9 @@ class _GRUStep(_LayerStep):
         super().__init__(layer, input_t, torch.cat([bias[: 2 * H] + layer.cell.bias_rz, bias[2 * H :]]), loops)
         self.rz_t = layer.cell.weight_hh[: 2 * H].T  # (H, 2H)
         self.n_t = layer.cell.weight_hh[2 * H :].T  # (H, H)
+
+    def hidden_t(self) -> list[Tensor]:
+        return [self.rz_t, self.n_t]
 
     def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
         return self.loops.gru_step(gates_x, h, self.rz_t, self.n_t)
@@ -73,6 +84,9 @@ class _LSTMStep(_LayerStep):
     def zero_state(self, batch: int, like: Tensor):
         return like.new_zeros(batch, self.hidden_size), like.new_zeros(batch, self.hidden_size)
 
+    def hidden_t(self) -> list[Tensor]:
+        return [self.hh_t]
+
     def step(self, gates_x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         return tuple(self.loops.lstm_step(gates_x, state[0], state[1], self.hh_t))
 
@@ -81,6 +95,9 @@ class _RNNStep(_LayerStep):
     def __init__(self, layer: RNNLayer, input_t: Tensor | None, bias: Tensor, loops: ModuleType):
         super().__init__(layer, input_t, bias, loops)
         self.hh_t = layer.cell.weight_hh.T  # (H, H)
+
+    def hidden_t(self) -> list[Tensor]:
+        return [self.hh_t]
 
     def step(self, gates_x: Tensor, h: Tensor) -> Tensor:
         return self.loops.rnn_step(gates_x, h, self.hh_t)
@@ -94,7 +111,8 @@ class Stepper:
 
     @torch.inference_mode()
     def __init__(self, model: RecurrentLM):
-        loops = scan_loops_for(model.head.weight)
+        native = compiled_for(model.head.weight)
+        loops = native or scan_loops
         self.layers: list[_LayerStep] = []
         for i, layer in enumerate(model.layers):
             cell = layer.cell
@@ -105,10 +123,25 @@ class Stepper:
         self.norm = model.norm
         self.head_t = model.head.weight.T  # (H, V)
         self.head_bias = model.head.bias.clone()
+        self.compiled = None if native is None else native.Stepper(
+            model.config.cell,
+            self.table,
+            [layer.input_t for layer in self.layers[1:]],
+            [layer.bias for layer in self.layers[1:]],
+            [layer.hidden_t() for layer in self.layers],
+            None if self.norm is None else self.norm.weight,
+            None if self.norm is None else self.norm.bias,
+            1e-5 if self.norm is None else self.norm.eps,
+            self.head_t,
+            self.head_bias,
+        )
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
         """tokens (B,) -> logits (B, V), new state (one entry per layer)."""
+        if self.compiled is not None:
+            logits, flat = self.compiled.step(tokens, flat_state(state))
+            return logits, nested_state(flat, len(self.layers))
         x = None
         new_state = []
         for i, layer in enumerate(self.layers):
@@ -120,6 +153,21 @@ class Stepper:
         if self.norm is not None:
             x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
         return torch.addmm(self.head_bias, x, self.head_t), tuple(new_state)
+
+
+def flat_state(state: ModelState | None) -> list[Tensor]:
+    """A model's state as the compiled step takes it: layer by layer, h (or h then c); None -> []."""
+    if state is None:
+        return []
+    return [tensor for entry in state for tensor in (entry if isinstance(entry, tuple) else (entry,))]
+
+
+def nested_state(flat: list[Tensor], layers: int) -> ModelState:
+    """The inverse of `flat_state` for a model of `layers` layers."""
+    per_layer = len(flat) // layers
+    if per_layer == 1:
+        return tuple(flat)
+    return tuple(tuple(flat[i : i + per_layer]) for i in range(0, len(flat), per_layer))
 
 
 def make_step(model: LanguageModel):

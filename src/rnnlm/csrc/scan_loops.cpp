@@ -503,16 +503,3 @@ Tensor rnn_step(const Tensor& gates_x, const Tensor& h, const Tensor& hh_t) {
 }
 
 }  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "rnnlm's scan loops and sampling steps for CPU tensors (rnnlm/scan_loops.py has the same in Python)";
-  m.def("gru_forward", &gru_forward);
-  m.def("gru_backward", &gru_backward);
-  m.def("lstm_forward", &lstm_forward);
-  m.def("lstm_backward", &lstm_backward);
-  m.def("rnn_forward", &rnn_forward);
-  m.def("rnn_backward", &rnn_backward);
-  m.def("gru_step", &gru_step);
-  m.def("lstm_step", &lstm_step);
-  m.def("rnn_step", &rnn_step);
-}

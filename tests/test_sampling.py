@@ -7,6 +7,8 @@ import torch
 
 from rnnlm.model import ModelConfig, RecurrentLM
 from rnnlm.sampling import Decoding, SamplingError, generate, make_generator, pick
+from tests.test_stepping import CONFIGS as STEPPING_CONFIGS
+from tests.test_stepping import _model as stepping_model
 
 DECODINGS = [
     Decoding("greedy"),
@@ -175,23 +177,11 @@ def test_the_compiled_pick_is_the_same_function(decoding, dtype):
 # ---------------------------------------------------------------------------------------------
 # The generation loop in C++ (what `generate` runs on the CPU) and its Python twin
 
-LOOP_CONFIGS = [
-    ModelConfig("gru", vocab_size=19, embd=6, hidden=12, layers=3),
-    ModelConfig("lstm", vocab_size=19, embd=6, hidden=12, layers=2, layer_norm=True),
-    ModelConfig("rnn", vocab_size=19, embd=5, hidden=9, layers=2),
-]
-
-
 def _float32_model(config: ModelConfig) -> RecurrentLM:
-    torch.manual_seed(0)
-    model = RecurrentLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    return model
+    return stepping_model(config).float()
 
 
-@pytest.mark.parametrize("config", LOOP_CONFIGS, ids=lambda c: c.cell)
+@pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
     from rnnlm.stepping import Stepper
 
@@ -199,7 +189,7 @@ def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
     assert stepper.compiled is not None, "the C++ code did not build"
     python_stepper = Stepper(_float32_model(config))
     python_stepper.compiled = None  # its own loop over the layers, with the compiled layer steps
-    tokens = torch.tensor([3, 0, 18])
+    tokens = torch.tensor([3, 0, 10])
     state = python_state = None
     for _ in range(4):
         logits, state = stepper(tokens, state)
@@ -211,7 +201,7 @@ def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
 
 
 @pytest.mark.parametrize("mode", ["stateful", "stateless"])
-@pytest.mark.parametrize("config", LOOP_CONFIGS, ids=lambda c: c.cell)
+@pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):
     from rnnlm.sampling import generation_loop
     from rnnlm.stepping import Stepper
@@ -222,7 +212,7 @@ def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):
     stateful = mode == "stateful"
     for decoding in DECODINGS:
         for batch in (1, 3):
-            prompt = torch.tensor([[4, 7, 1]]).expand(batch, -1)
+            prompt = torch.tensor([[4, 7, 1]]).expand(batch, -1)  # vocabulary of 11
             with torch.inference_mode():
                 logits, state = model(prompt) if stateful else stepper(prompt[:, -1])
             logits = logits[:, -1] if stateful else logits

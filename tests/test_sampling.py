@@ -183,7 +183,7 @@ def _float32_model(config: ModelConfig) -> RecurrentLM:
 
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
-    from rnnlm.stepping import Stepper
+    from rnnlm.stepping import Stepper, flat_state
 
     stepper = Stepper(_float32_model(config))
     assert stepper.compiled is not None, "the C++ code did not build"
@@ -196,8 +196,7 @@ def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
         python_logits, python_state = python_stepper(tokens, python_state)
         assert torch.equal(logits, python_logits)
         tokens = logits.argmax(-1)
-    flat = lambda s: [t for entry in s for t in (entry if isinstance(entry, tuple) else (entry,))]  # noqa: E731
-    assert all(torch.equal(a, b) for a, b in zip(flat(state), flat(python_state), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(flat_state(state), flat_state(python_state), strict=True))
 
 
 @pytest.mark.parametrize("mode", ["stateful", "stateless"])

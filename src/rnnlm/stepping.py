@@ -131,7 +131,7 @@ class Stepper:
             [layer.hidden_t() for layer in self.layers],
             None if self.norm is None else self.norm.weight,
             None if self.norm is None else self.norm.bias,
-            1e-5 if self.norm is None else self.norm.eps,
+            0.0 if self.norm is None else self.norm.eps,
             self.head_t,
             self.head_bias,
         )

@@ -126,6 +126,53 @@ class ResumeStore:
             self.path.unlink(missing_ok=True)
 
 
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor,
+                   grad_clip: float) -> float:
+    """One step on a batch x, y (B, T): forward, cross-entropy, backward, gradient clipping, then the
+    optimizer's update unless the loss is not finite (the caller stops there). -> the loss."""
+    logits, _ = model(x)  # (B, T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    value = loss.item()
+    if math.isfinite(value):
+        optimizer.step()
+    return value
+
+
+@dataclass
+class _Run:
+    """The objects whose state a resume file holds, besides the history and the time spent."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: WindowSampler
+    device: torch.device
+
+    def snapshot(self, epoch: int, history: History, seconds: float) -> dict[str, Any]:
+        """Everything needed to continue after `epoch` exactly as if never stopped."""
+        cuda = {"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
+        return {
+            "epoch": epoch, "seconds": seconds, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "history_steps": history.steps, "history_epochs": history.epochs, **cuda,
+        }
+
+    def restore(self, saved: dict[str, Any]) -> tuple[History, float]:
+        """Load a `snapshot` back -> its history and seconds."""
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.sampler.generator.set_state(saved["sampler_rng"])
+        torch.set_rng_state(saved["torch_rng"])
+        if self.device.type == "cuda" and "cuda_rng" in saved:
+            torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
+        return History(steps=saved["history_steps"], epochs=saved["history_epochs"]), saved["seconds"]
+
+
 @dataclass
 class TrainResult:
     checkpoint: Checkpoint
@@ -162,17 +209,11 @@ def train(
     history, first_epoch, seconds = History(), 1, 0.0
 
     store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids))
+    run = _Run(model, optimizer, scheduler, sampler, device)
     saved = store.load()
     if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        sampler.generator.set_state(saved["sampler_rng"])
-        torch.set_rng_state(saved["torch_rng"])
-        if device.type == "cuda" and "cuda_rng" in saved:
-            torch.cuda.set_rng_state(saved["cuda_rng"], device)
-        history = History(steps=saved["history_steps"], epochs=saved["history_epochs"])
-        first_epoch, seconds = saved["epoch"] + 1, saved["seconds"]
+        history, seconds = run.restore(saved)
+        first_epoch = saved["epoch"] + 1
         print(f"resuming {name} after epoch {saved['epoch']} from {store.path}")
 
     tokens_per_step = settings.batch_size * settings.seq_len
@@ -185,20 +226,14 @@ def train(
         for _ in bar:
             step_start = time.perf_counter()
             x, y = sampler.next()
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            logits, _ = model(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-            loss_value = loss.item()
+            loss_value = optimizer_step(model, optimizer, x.to(device, non_blocking=True),
+                                        y.to(device, non_blocking=True), settings.grad_clip)
             step = len(history.steps) + 1
             if not math.isfinite(loss_value):
                 raise TrainingError(
                     f"non-finite training loss ({loss_value}) at step {step} (epoch {epoch}); "
                     f"the last completed epoch is kept in {store.path or 'no resume folder'}"
                 )
-            optimizer.step()
             losses.append(loss_value)
             rate = tokens_per_step / (time.perf_counter() - step_start)
             history.steps.append({"step": step, "epoch": epoch, "train_loss": loss_value, "lr": lr,
@@ -212,12 +247,7 @@ def train(
                                "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds})
         print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
               f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
-        store.save({
-            "epoch": epoch, "seconds": seconds, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "sampler_rng": sampler.generator.get_state(),
-            "torch_rng": torch.get_rng_state(), "history_steps": history.steps, "history_epochs": history.epochs,
-            **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
-        })
+        store.save(run.snapshot(epoch, history, seconds))
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 

@@ -25,9 +25,22 @@ namespace {
 
 // ---------------------------------------------------------------- choosing the next token
 
-// rnnlm.sampling.Decoding, checked there.
+enum class Strategy { greedy, temperature, top_k, top_p };
+
+// rnnlm.sampling.Decoding, checked there; the strategy's name is read once, not at every token.
 struct Decoding {
-  std::string strategy;  // greedy, temperature, top_k or top_p
+  Decoding(const std::string& name, double temperature, int64_t top_k, double top_p)
+      : strategy(parse(name)), temperature(temperature), top_k(top_k), top_p(top_p) {}
+
+  static Strategy parse(const std::string& name) {
+    if (name == "greedy") return Strategy::greedy;
+    if (name == "temperature") return Strategy::temperature;
+    if (name == "top_k") return Strategy::top_k;
+    TORCH_CHECK(name == "top_p", "unknown strategy ", name);
+    return Strategy::top_p;
+  }
+
+  Strategy strategy;
   double temperature;
   int64_t top_k;
   double top_p;
@@ -45,12 +58,12 @@ void candidate_weights(const scalar_t* logits, int64_t V, const Decoding& d, std
     top = std::max(top, w[v]);
   }
   for (int64_t v = 0; v < V; ++v) w[v] = std::exp(w[v] - top);
-  if (d.strategy != "top_k" && d.strategy != "top_p") return;
+  if (d.strategy != Strategy::top_k && d.strategy != Strategy::top_p) return;
 
   std::iota(ranked.begin(), ranked.end(), 0);
   std::stable_sort(ranked.begin(), ranked.end(), [&](int64_t a, int64_t b) { return w[a] > w[b]; });
   int64_t kept = std::min<int64_t>(d.top_k, V);
-  if (d.strategy == "top_p") {  // the leading run whose weight before each token is below p of the total
+  if (d.strategy == Strategy::top_p) {  // the leading run whose weight before each token is below p of the total
     double total = 0;
     for (int64_t v : ranked) total += w[v];
     double before = 0;
@@ -79,7 +92,7 @@ int64_t draw(std::vector<double>& w, double u) {
 Tensor pick(const Tensor& logits_in, const Decoding& d, std::optional<at::Generator> generator) {
   const Tensor logits = logits_in.contiguous();
   const int64_t B = logits.size(0), V = logits.size(1);
-  if (d.strategy == "greedy") return logits.argmax(-1);
+  if (d.strategy == Strategy::greedy) return logits.argmax(-1);
   auto* gen = at::get_generator_or_default<at::CPUGeneratorImpl>(generator, at::detail::getDefaultCPUGenerator());
   Tensor ids = at::empty({B}, logits.options().dtype(at::kLong));
   std::vector<double> w(V);
@@ -110,14 +123,13 @@ class CompiledStepper {
   CompiledStepper(std::string cell, Tensor table, std::vector<Tensor> input_t, std::vector<Tensor> bias,
                   std::vector<std::vector<Tensor>> hidden_t, std::optional<Tensor> norm_weight,
                   std::optional<Tensor> norm_bias, double norm_eps, Tensor head_t, Tensor head_bias)
-      : cell_(std::move(cell)), table_(std::move(table)), input_t_(std::move(input_t)), bias_(std::move(bias)),
+      : cell_(parse_cell(cell)), table_(std::move(table)), input_t_(std::move(input_t)), bias_(std::move(bias)),
         hidden_t_(std::move(hidden_t)), norm_weight_(std::move(norm_weight)), norm_bias_(std::move(norm_bias)),
         norm_eps_(norm_eps), head_t_(std::move(head_t)), head_bias_(std::move(head_bias)) {
-    TORCH_CHECK(cell_ == "gru" || cell_ == "lstm" || cell_ == "rnn", "unknown cell ", cell_);
   }
 
   // Entries of the state per layer: h, or h and c for the LSTM.
-  size_t entries_per_layer() const { return cell_ == "lstm" ? 2 : 1; }
+  size_t entries_per_layer() const { return cell_ == Cell::lstm ? 2 : 1; }
 
   // tokens (B,), state (layer by layer, h or h then c, each (B, H); empty means zeros) -> logits
   // (B, V), the new state in the same layout.
@@ -133,9 +145,9 @@ class CompiledStepper {
         const int64_t H = hidden_t_[l][0].size(0);
         return state.empty() ? at::zeros({tokens.size(0), H}, table_.options()) : state[l * per_layer + k];
       };
-      if (cell_ == "gru") {
+      if (cell_ == Cell::gru) {
         next.push_back(gru_step(gates_x, entry(0), hidden_t_[l][0], hidden_t_[l][1]));
-      } else if (cell_ == "lstm") {
+      } else if (cell_ == Cell::lstm) {
         auto [h, c] = lstm_step(gates_x, entry(0), entry(1), hidden_t_[l][0]);
         next.push_back(h);
         next.push_back(c);
@@ -168,7 +180,16 @@ class CompiledStepper {
   }
 
  private:
-  std::string cell_;
+  enum class Cell { gru, lstm, rnn };
+
+  static Cell parse_cell(const std::string& name) {
+    if (name == "gru") return Cell::gru;
+    if (name == "lstm") return Cell::lstm;
+    TORCH_CHECK(name == "rnn", "unknown cell ", name);
+    return Cell::rnn;
+  }
+
+  Cell cell_;
   Tensor table_;
   std::vector<Tensor> input_t_, bias_;
   std::vector<std::vector<Tensor>> hidden_t_;

@@ -49,11 +49,11 @@ from references import StepByStepLM, TorchLM, sample_like_the_study  # noqa: E40
 from rnnlm.model import ModelConfig, RecurrentLM, config_from_params, count_parameters  # noqa: E402
 from rnnlm.params import load_params  # noqa: E402
 from rnnlm.sampling import Decoding, generate, make_generator  # noqa: E402
-from rnnlm.train import resolve_device  # noqa: E402
+from rnnlm.train_step import make_optimizer, make_training_step  # noqa: E402
+from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
 
 CHAR_VOCAB = 65
 STUDY_MODELS = ("astra_alpha", "astra_beta", "astra_gamma", "scribe_alpha", "scribe_beta", "scribe_gamma", "leviathan")
-IMPLEMENTATIONS = ("step-by-step", "ours", "PyTorch")
 
 
 @dataclass(frozen=True)
@@ -134,13 +134,13 @@ def model_configs(params_path: str, names: list[str], shrink: int) -> dict[str, 
 # Training steps
 
 
-def make_training_step(model: nn.Module, forward: Callable[[Tensor], Tensor], tokens: Tensor, targets: Tensor):
-    """A closure running one full training step of `model` on (tokens, targets)."""
+def reference_training_step(model: nn.Module, tokens: Tensor, targets: Tensor):
+    """A closure running one full training step of a reference model (logits = model(tokens))."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        logits = forward(tokens)  # (B, T, V)
+        logits = model(tokens)  # (B, T, V)
         F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -148,22 +148,33 @@ def make_training_step(model: nn.Module, forward: Callable[[Tensor], Tensor], to
     return step
 
 
+def our_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor, device: torch.device, graph: bool):
+    """The library's own training step (`rnnlm.train_step`) on a fresh model, eager or as a CUDA graph."""
+    model = RecurrentLM(config).to(device).train()
+    step = make_training_step(model, make_optimizer(model, 1e-3, 0.01, device, graph), 1.0, device, graph)
+    return count_parameters(model), lambda: step(tokens, targets)
+
+
 def training_contenders(config: ModelConfig, tokens: Tensor, targets: Tensor, device: torch.device):
-    """Name -> training-step closure, for the three implementations of one model shape."""
-    ours = RecurrentLM(config).to(device).train()
+    """Name -> training-step closure, for each implementation of one model shape (on CUDA, ours
+    both eager and replayed as a CUDA graph)."""
     study = StepByStepLM(config).to(device).train()
     library = TorchLM(config).to(device).train()
-    return count_parameters(ours), {
-        "step-by-step": make_training_step(study, study, tokens, targets),
-        "ours": make_training_step(ours, lambda t: ours(t)[0], tokens, targets),
-        "PyTorch": make_training_step(library, library, tokens, targets),
-    }
+    parameters, ours = our_training_step(config, tokens, targets, device, graph=False)
+    contenders = {"step-by-step": reference_training_step(study, tokens, targets), "ours": ours}
+    if device.type == "cuda":
+        contenders["ours (graph)"] = our_training_step(config, tokens, targets, device, graph=True)[1]
+    contenders["PyTorch"] = reference_training_step(library, tokens, targets)
+    return parameters, contenders
 
 
 def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
-    """Median seconds per call of each contender, timed in turn round after round after a warm-up."""
+    """Median seconds per call of each contender, timed in turn round after round after a warm-up
+    (on CUDA five calls each: a graph step captures itself on its fourth, and kernels compile on
+    their first)."""
     for fn in contenders.values():
-        fn()
+        for _ in range(5 if device.type == "cuda" else 1):
+            fn()
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, fn in contenders.items():
@@ -184,7 +195,7 @@ class TrainingRow:
 def benchmark_training(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> list[TrainingRow]:
     generator = torch.Generator().manual_seed(0)
     data = torch.randint(config.vocab_size, (settings.batch, settings.seq_len + 1), generator=generator).to(device)
-    tokens, targets = data[:, :-1], data[:, 1:]
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     parameters, contenders = training_contenders(config, tokens, targets, device)
     medians = side_by_side(contenders, settings.repeats, device)
     n_tokens = settings.batch * settings.seq_len
@@ -328,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--only", choices=["training", "sampling"], help="measure one of the two parts")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="CUDA: let every implementation's float32 products use TF32 (default: exact float32)")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
     if args.repeats is not None:
@@ -339,11 +352,12 @@ def main(argv: list[str] | None = None) -> None:
         if name not in models or models[name].cell not in ("gru", "lstm", "rnn"):
             parser.error(f"--models {name}: expected a recurrent model of {args.params} ({', '.join(STUDY_MODELS)}, rnn_alpha)")
     device = resolve_device(args.device)
+    precision = set_float32_precision(args.allow_tf32) if device.type == "cuda" else "ieee"
     configs = model_configs(args.params, args.models, settings.shrink)
     torch.manual_seed(0)
 
     print(f"# Speed{' (quick: shapes shrunk, numbers meaningless)' if args.quick else ''}\n")
-    print(machine_line(device) + "\n")
+    print(machine_line(device) + f" · float32 products: {'TF32 allowed' if precision == 'tf32' else 'exact'}\n")
     matmul = matmul_gflops(settings.matmul_size, settings.repeats, device)
     print(f"float32 matrix product {settings.matmul_size}x{settings.matmul_size}: {matmul:.1f} GFLOP/s (median)\n")
     if args.only != "sampling":

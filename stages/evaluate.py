@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.device import device_for
 from rnnlm.errors import run_main
 from rnnlm.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.params import load_params
@@ -22,7 +23,8 @@ def main() -> None:
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
     val_text = read_corpus(Path(prepared) / VAL_FILE)
-    metrics, curve = evaluate(checkpoint, train_text, val_text, read_generations(generations_path), params.evaluate)
+    metrics, curve = evaluate(checkpoint, train_text, val_text, read_generations(generations_path), params.evaluate,
+                               device_for(params.train))
     write_metrics(metrics, metrics_path)
     write_reset_curve(curve, metrics, curve_path)
     print(f"{metrics['model']}: stateful {metrics['stateful_bpc']:.3f}, stateless {metrics['stateless_bpc']:.3f}, "

@@ -9,6 +9,7 @@ import sys
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.checkpoint import load_checkpoint
+from rnnlm.device import device_for
 from rnnlm.errors import run_main
 from rnnlm.params import load_params
 from rnnlm.generations import run_generations
@@ -18,7 +19,7 @@ def main() -> None:
     checkpoint_path, json_path = sys.argv[1:]
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
-    run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed)
+    run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed, device_for(params.train))
     write_text_atomic(json_path, run.to_json())
     print(f"wrote {json_path}: {len(run.samples)} samples of {run.model}")
 

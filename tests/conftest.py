@@ -11,9 +11,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Without a GPU, Triton's kernels run in its interpreter (numpy), so the tests can hold them to the
+# readable cells; it must be set before `rnnlm.triton_loops` is first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _WORDS = (
     "the and my lord thou art not of to be heart love king good sweet night day come go "
@@ -126,16 +132,22 @@ def sentencepiece_checkpoint(tmp_path_factory) -> Path:
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "sp.pt", SentencePieceTokenizer(proto), "scribe_alpha")
 
 
-@pytest.fixture(params=["python", "compiled"])
+@pytest.fixture(params=["python", "compiled", "triton"])
 def scan_loops(request, monkeypatch):
     """Run the test once with each implementation of the per-step loops (training scans, sampling
-    steps, the whole model's step and the generation loop): the Python ones (what CUDA runs) and
-    the compiled C++ ones (what the CPU runs). A failed C++ build fails here."""
+    steps, the whole model's step and the generation loop): the Python ones (ATen calls), the
+    compiled C++ ones (what the CPU runs) and the Triton ones (what CUDA runs; here in Triton's
+    interpreter, on CPU tensors). A failed C++ build fails here."""
     from rnnlm import native, scan_loops, scans, stepping
 
-    compiled = None if request.param == "python" else native.compiled()
-    assert request.param == "python" or compiled is not None, "the C++ code did not build (see the warning above)"
+    compiled = native.compiled() if request.param == "compiled" else None
+    assert request.param != "compiled" or compiled is not None, "the C++ code did not build (see the warning above)"
     loops = compiled or scan_loops
+    if request.param == "triton":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("Triton kernels run on CPU tensors only in its interpreter (tests/test_cuda.py runs them on a GPU)")
+        loops = native.triton_loops()
+        assert loops is not None, "triton is not installed"
     monkeypatch.setattr(scans, "scan_loops_for", lambda tensor: loops)
     monkeypatch.setattr(stepping, "compiled_for", lambda tensor: compiled)
     return loops

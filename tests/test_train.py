@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm import train as train_module
 from rnnlm.corpus import character_vocabulary, split_corpus
 from rnnlm.params import as_dict, parse_params
 from rnnlm.tokenizers import CharTokenizer
-from rnnlm.train import TrainingError, WindowSampler, resolve_device, steps_per_epoch, train
+from rnnlm.device import DeviceError, resolve_device
+from rnnlm.model import build_model
+from rnnlm.train import ResumeStore, TrainingError, WindowSampler, steps_per_epoch, train
+from rnnlm.train_step import LossLog, NonFiniteLoss
 from tests.conftest import synthetic_play
 
 TEXT = synthetic_play(12_000)
@@ -94,7 +96,7 @@ def test_resume_file_from_other_params_is_ignored(raw_params, tmp_path, capsys):
 
 
 def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp_path, monkeypatch):
-    real = train_module.F.cross_entropy
+    real = torch.nn.functional.cross_entropy
     calls = []
 
     def poisoned(*args, **kwargs):
@@ -104,7 +106,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp
         calls.append(1)
         return loss * float("nan") if len(calls) == 15 else loss  # step 15 = epoch 2, step 3
 
-    monkeypatch.setattr(train_module.F, "cross_entropy", poisoned)
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", poisoned)
     with pytest.raises(TrainingError, match=r"non-finite training loss \(nan\) at step 15 \(epoch 2\)"):
         _train(tiny_params(raw_params), resume_dir=tmp_path)
     kept = torch.load(tmp_path / "astra_alpha.pt", weights_only=True)
@@ -113,7 +115,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_cuda_without_a_gpu_is_a_clear_error():
-    with pytest.raises(TrainingError, match="train.device is 'cuda' but no CUDA GPU is available"):
+    with pytest.raises(DeviceError, match="train.device is 'cuda' but no CUDA GPU is available"):
         resolve_device("cuda")
     assert resolve_device("auto").type == "cpu"
 
@@ -126,8 +128,8 @@ def test_steps_scale():
 
 def test_window_sampler_shapes_and_shift():
     tokens = torch.arange(100)
-    x, y = WindowSampler(tokens, batch_size=5, seq_len=10, seed=0).next()
-    assert x.shape == y.shape == (5, 10)
+    x, y = WindowSampler(tokens, batch_size=5, seq_len=10, seed=0).batches(3)
+    assert x.shape == y.shape == (3, 5, 10)
     assert torch.equal(y, x + 1)
     assert int(y.max()) <= 99
     with pytest.raises(TrainingError, match="needs at least 11"):
@@ -139,3 +141,81 @@ def test_params_round_trip_through_the_checkpoint(raw_params):
     result = _train(params)
     assert parse_params(result.checkpoint.params) == params
     assert as_dict(params) == result.checkpoint.params
+
+
+def test_a_block_of_batches_is_the_same_windows_as_one_batch_at_a_time():
+    tokens = torch.arange(1000)
+    block = WindowSampler(tokens, batch_size=4, seq_len=16, seed=3).batches(5)
+    one_by_one = WindowSampler(tokens, batch_size=4, seq_len=16, seed=3)
+    singles = [one_by_one.batches(1) for _ in range(5)]
+    for k in range(2):
+        assert torch.equal(block[k], torch.cat([s[k] for s in singles]))
+
+
+def test_training_is_bit_identical_to_a_loop_that_reads_every_loss(raw_params):
+    """The sync-free step (losses read in blocks, masks without host tensors) changes no bit on the
+    CPU: the same weights as the plain loop that reads each loss before the next step."""
+    params = tiny_params(raw_params, dropout=0.2)
+    result = _train(params)
+
+    entry, settings = params.models["astra_alpha"], params.train
+    torch.manual_seed(params.seed)
+    model = build_model(entry, TOKENIZER.vocab_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=entry.lr, weight_decay=settings.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
+    train_ids = torch.tensor(TOKENIZER.encode(SPLIT.train))
+    generator = torch.Generator().manual_seed(params.seed)
+    offsets = torch.arange(settings.seq_len + 1)
+    losses = []
+    for _ in range(entry.epochs):
+        model.train()
+        for _ in range(entry.steps_per_epoch):
+            starts = torch.randint(train_ids.numel() - settings.seq_len, (settings.batch_size,), generator=generator)
+            chunk = train_ids[starts[:, None] + offsets]
+            logits, _ = model(chunk[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+            losses.append(loss.item())
+            optimizer.step()
+        scheduler.step()
+    assert _losses(result)[0] == losses
+    for key, value in model.state_dict().items():
+        assert torch.equal(result.checkpoint.model_state[key], value), key
+
+
+def test_loss_log_reads_in_blocks_and_names_the_first_bad_step():
+    log = LossLog(4, torch.device("cpu"), first_step=11)
+    for value in (2.0, 1.5):
+        log.record(torch.tensor(value))
+    assert log.read() == [2.0, 1.5]
+    for value in (1.0, float("inf"), float("nan")):
+        log.record(torch.tensor(value))
+    with pytest.raises(NonFiniteLoss, match=r"non-finite training loss \(inf\) at step 14"):
+        log.read()
+
+
+def test_losses_are_read_every_check_every_steps(raw_params, monkeypatch):
+    reads = []
+    real_read = LossLog.read
+
+    def counting_read(self):
+        reads.append(self.count)
+        return real_read(self)
+
+    monkeypatch.setattr(LossLog, "read", counting_read)
+    raw_params["train"]["check_every"] = 5
+    result = _train(tiny_params(raw_params))
+    assert reads == [5, 5, 2] * 3  # 12 steps an epoch: two full blocks and the rest at the epoch's end
+    assert len(result.history.steps) == 36
+
+
+def test_resume_file_from_another_device_is_ignored(raw_params, tmp_path, capsys):
+    params = tiny_params(raw_params)
+    fingerprint = "f" * 64
+    ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cuda")).save({"epoch": 1})
+    assert ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cuda")).load()["epoch"] == 1
+    assert ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cpu")).load() is None
+    assert "written by a run on cuda, this one runs on cpu" in capsys.readouterr().out
+    del params

@@ -195,7 +195,7 @@ class RecurrentLayer(nn.Module):
         words = torch.empty((units + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), 2**63 - 1)
         draws = words.view(torch.int16)[:units].view(steps, batch, self.hidden_size)  # uniform on [-2^15, 2^15)
         kept = draws < threshold - 2**15
-        return torch.where(kept, like.new_tensor(2**16 / threshold), like.new_zeros(()))
+        return kept.to(like.dtype).mul_(2**16 / threshold)  # a Python scale: no host-to-device copy
 
     def _prepare(self, batch: int, steps: int, like: Tensor, state: State | None, masks: Tensor | None):
         if state is None:

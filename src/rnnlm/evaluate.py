@@ -110,10 +110,10 @@ def generation_statistics(generations: GenerationRun, train_text: str, val_text:
 
 
 def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
-             settings: EvaluateParams) -> tuple[dict[str, object], list[ResetPoint]]:
-    """All the measures above for `checkpoint`: the metrics dict and the reset curve."""
+             settings: EvaluateParams, device: str | torch.device = "cpu") -> tuple[dict[str, object], list[ResetPoint]]:
+    """All the measures above for `checkpoint`, its model on `device`: the metrics dict and the reset curve."""
     tokenizer = checkpoint.tokenizer()
-    model = checkpoint.build_model("cpu")
+    model = checkpoint.build_model(device)
     train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
     chars = predicted_chars(tokenizer, val_text, val_ids)
     curve = reset_curve(model, torch.tensor(val_ids, dtype=torch.long), list(settings.reset_every), chars)

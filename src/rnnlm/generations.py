@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rnnlm.checkpoint import Checkpoint
 from rnnlm.errors import RnnlmError
 from rnnlm.model import count_parameters
@@ -57,9 +59,11 @@ def report_decodings(settings: GenerateParams) -> dict[str, Decoding]:
     }
 
 
-def run_generations(checkpoint: Checkpoint, checkpoint_path: str | Path, settings: GenerateParams, seed: int) -> GenerationRun:
-    """Sample every prompt with every strategy in both modes, on the CPU, each from `seed`."""
-    model = checkpoint.build_model("cpu")
+def run_generations(checkpoint: Checkpoint, checkpoint_path: str | Path, settings: GenerateParams, seed: int,
+                    device: str | torch.device = "cpu") -> GenerationRun:
+    """Sample every prompt with every strategy in both modes, on `device`, each from `seed` (a
+    generator on that device: CUDA draws other numbers than the CPU from the same seed)."""
+    model = checkpoint.build_model(device)
     tokenizer = checkpoint.tokenizer()
     run = GenerationRun(
         model=checkpoint.model_name,
@@ -77,7 +81,7 @@ def run_generations(checkpoint: Checkpoint, checkpoint_path: str | Path, setting
         for strategy, decoding in report_decodings(settings).items():
             for mode in MODES:
                 new = generate(model, prompt_ids, mode=mode, decoding=decoding, max_new_tokens=settings.max_new_tokens,
-                               generator=make_generator(seed))
+                               generator=make_generator(seed, device))
                 text = tokenizer.decode(prompt_ids + new[0].tolist())
                 run.samples.append(Sample(prompt, strategy, decoding.describe(), mode, text, new.shape[1]))
     return run

@@ -18,7 +18,9 @@ so every copy of the repository with the same source (a DVC experiment's tempora
 test's scratch repository) loads the same build instead of compiling its own, a changed source
 never loads a stale one, and two environments (two virtual environments, say) keep a build each.
 
-`RNNLM_NATIVE=0` turns the compiled loops off (the Python ones run everywhere). If the build fails
+On CUDA the loops come from `rnnlm.triton_loops` (products in cuBLAS, each step's elementwise work
+in fused Triton kernels). `RNNLM_NATIVE=0` turns both compiled kinds off (the Python ones run
+everywhere). If the build fails
 (no compiler, say), one warning says why and the Python loops run: slower, the same numbers.
 """
 
@@ -101,6 +103,21 @@ def compiled_for(tensor: torch.Tensor) -> ModuleType | None:
     return None
 
 
+@cache
+def triton_loops() -> ModuleType | None:
+    """`rnnlm.triton_loops` (CUDA's fused loops), or None (after one warning) if Triton is missing."""
+    try:
+        from rnnlm import triton_loops as module
+    except ImportError as error:
+        warnings.warn(f"rnnlm: Triton unavailable, CUDA runs the ATen loops ({error})", stacklevel=2)
+        return None
+    return module
+
+
 def scan_loops_for(tensor: torch.Tensor) -> ModuleType:
-    """The scan loops for `tensor`'s device: compiled on the CPU when possible, Python otherwise."""
+    """The scan loops for `tensor`'s device, the one place where they are chosen: the compiled C++
+    ones on the CPU, the Triton-fused ones on CUDA, the Python ones (over ATen calls) otherwise:
+    with RNNLM_NATIVE=0, on other devices, or when the build or Triton is unavailable."""
+    if tensor.device.type == "cuda" and enabled():
+        return triton_loops() or scan_loops
     return compiled_for(tensor) or scan_loops

@@ -107,6 +107,11 @@ class TrainParams:
     grad_clip: float = positive_float()
     device: str = choice("auto", "cpu", "cuda")
     steps_scale: float = positive_float()
+    # The host reads the step losses (and checks them) once every this many steps.
+    check_every: int = _spec(int, "a positive integer", lambda v: v > 0, default=50)
+    # CUDA only: each training step replayed as one captured CUDA graph; TF32 matrix products.
+    cuda_graph: bool = _spec(bool, "true or false", default=True)
+    allow_tf32: bool = _spec(bool, "true or false", default=False)
 
 
 @dataclass(frozen=True)

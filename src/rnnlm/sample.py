@@ -17,7 +17,7 @@ import torch
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.errors import RnnlmError, run_main
 from rnnlm.sampling import MODES, STRATEGIES, Decoding, check_request, generate, make_generator
-from rnnlm.train import resolve_device
+from rnnlm.device import resolve_device
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

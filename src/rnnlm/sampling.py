@@ -117,6 +117,14 @@ def check_request(prompt: list[int], mode: str, max_new_tokens: int, num_samples
         raise SamplingError(f"number of samples {num_samples}: expected a positive integer")
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether a and b are one device ("cuda" without an index is the current GPU, as "cuda:0" may be)."""
+    if a.type != b.type:
+        return False
+    current = torch.cuda.current_device() if a.type == "cuda" else None
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator on `device` seeded with `seed` (sampling on CUDA needs a CUDA generator)."""
     return torch.Generator(device=device).manual_seed(seed)
@@ -142,6 +150,9 @@ def generate(
     decoding.validate(model.config.vocab_size)
     model.eval()
     device = next(model.parameters()).device
+    if generator is not None and not same_device(generator.device, device):
+        raise RnnlmError(f"the sampling generator is on {generator.device}, the model on {device}; "
+                         f"expected one on the model's device (make_generator(seed, device))")
     prompt_ids = torch.tensor(prompt, dtype=torch.long, device=device).expand(num_samples, -1)  # (N, P)
     stateful = mode == "stateful"
     step = make_step(model)

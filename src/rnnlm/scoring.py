@@ -61,11 +61,12 @@ def _windows(tokens: Tensor, window: int) -> list[tuple[Tensor, Tensor]]:
     return blocks
 
 
-def _nats(logits: Tensor, targets: Tensor) -> float:
-    """Summed cross-entropy of logits (..., V) against targets (...), at full precision."""
+def _nats(logits: Tensor, targets: Tensor) -> Tensor:
+    """Summed cross-entropy of logits (..., V) against targets (...): a 0-d float64 tensor on the
+    device, so that a scoring loop reads one total at its end instead of waiting on every batch."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()  # under autocast
-    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), reduction="sum").item()
+    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), reduction="sum").double()
 
 
 def _check(tokens: Tensor) -> None:
@@ -84,14 +85,14 @@ def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_window
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total = 0.0
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for inputs, targets in _windows(tokens, window):
         for start in range(0, inputs.shape[0], batch_windows):
             x = inputs[start : start + batch_windows].to(device)  # (b, window)
             logits, _ = model(x)  # (b, window, V)
             total += _nats(logits, targets[start : start + batch_windows].to(device))
     model.train(was_training)
-    return Score(nats=total, tokens=tokens.numel() - 1)
+    return Score(nats=total.item(), tokens=tokens.numel() - 1)
 
 
 @torch.no_grad()
@@ -101,11 +102,11 @@ def streamed_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Sco
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total, state = 0.0, None
+    total, state = torch.zeros((), dtype=torch.float64, device=device), None
     for start in range(0, tokens.numel() - 1, chunk):
         x = tokens[start : start + chunk][None].to(device)  # (1, c)
         y = tokens[start + 1 : start + chunk + 1][None].to(device)
         logits, state = model(x[:, : y.shape[1]], state)  # (1, c, V)
         total += _nats(logits, y)
     model.train(was_training)
-    return Score(nats=total, tokens=tokens.numel() - 1)
+    return Score(nats=total.item(), tokens=tokens.numel() - 1)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -27,30 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
 from rnnlm.atomic import atomic_path
 from rnnlm.checkpoint import Checkpoint
+from rnnlm.device import device_for
 from rnnlm.errors import RnnlmError
 from rnnlm.scoring import windowed_nll
 from rnnlm.model import build_model, config_from_params, count_parameters
 from rnnlm.params import Params, as_dict
 from rnnlm.tokenizers import Tokenizer
+from rnnlm.train_step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
 
 class TrainingError(RnnlmError):
-    """Training cannot start or cannot go on (no such device, a non-finite loss)."""
-
-
-def resolve_device(setting: str) -> torch.device:
-    """`auto`: CUDA if a GPU is present, else the CPU; `cuda` without a GPU is an error."""
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'")
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
+    """Training cannot start or cannot go on (a split too short, a non-finite loss)."""
 
 
 def steps_per_epoch(steps: int, scale: float) -> int:
@@ -70,11 +61,12 @@ class WindowSampler:
         self.generator = torch.Generator().manual_seed(seed)
         self._offsets = torch.arange(seq_len + 1)
 
-    def next(self) -> tuple[Tensor, Tensor]:
-        """x, y (B, T): y is x shifted by one token."""
-        starts = torch.randint(self.tokens.numel() - self.seq_len, (self.batch_size,), generator=self.generator)
-        chunk = self.tokens[starts[:, None] + self._offsets]  # (B, T + 1)
-        return chunk[:, :-1], chunk[:, 1:]
+    def batches(self, n: int) -> tuple[Tensor, Tensor]:
+        """n batches at once: x, y (n, B, T), y being x shifted by one token. The same windows as n
+        draws of one batch each (the generator draws the starts in order either way)."""
+        starts = torch.randint(self.tokens.numel() - self.seq_len, (n, self.batch_size), generator=self.generator)
+        chunk = self.tokens[starts[..., None] + self._offsets]  # (n, B, T + 1)
+        return chunk[..., :-1], chunk[..., 1:]
 
 
 @dataclass
@@ -99,9 +91,10 @@ def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: 
 class ResumeStore:
     """The resume file of one model's run, in a folder that neither git nor DVC tracks."""
 
-    def __init__(self, folder: Path | None, name: str, fingerprint: str):
+    def __init__(self, folder: Path | None, name: str, fingerprint: str, device: torch.device):
         self.path = None if folder is None else Path(folder) / f"{name}.pt"
         self.fingerprint = fingerprint
+        self.device = device.type  # the device actually used: "auto" in params names none
 
     def load(self) -> dict[str, Any] | None:
         if self.path is None or not self.path.is_file():
@@ -114,31 +107,20 @@ class ResumeStore:
         if state.get("fingerprint") != self.fingerprint:
             print(f"note: ignoring {self.path}: it is from other params or inputs")
             return None
+        if state.get("device") != self.device:
+            print(f"note: ignoring {self.path}: it was written by a run on {state.get('device')}, this one runs on "
+                  f"{self.device}")
+            return None
         return state
 
     def save(self, state: dict[str, Any]) -> None:
         if self.path is not None:
             with atomic_path(self.path) as tmp:
-                torch.save({**state, "fingerprint": self.fingerprint}, tmp)
+                torch.save({**state, "fingerprint": self.fingerprint, "device": self.device}, tmp)
 
     def clear(self) -> None:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
-
-
-def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor,
-                   grad_clip: float) -> float:
-    """One step on a batch x, y (B, T): forward, cross-entropy, backward, gradient clipping, then the
-    optimizer's update unless the loss is not finite (the caller stops there). -> the loss."""
-    logits, _ = model(x)  # (B, T, V)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    value = loss.item()
-    if math.isfinite(value):
-        optimizer.step()
-    return value
 
 
 @dataclass
@@ -194,7 +176,7 @@ def train(
 ) -> TrainResult:
     """Train the entry `name` of `params.models`; see the module docstring for the recipe."""
     entry, settings = params.models[name], params.train
-    device = resolve_device(settings.device)
+    device = device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)
     if val_ids.numel() < 2:
@@ -203,12 +185,13 @@ def train(
 
     torch.manual_seed(params.seed)  # weights and dropout masks
     model = build_model(entry, tokenizer.vocab_size).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=entry.lr, weight_decay=settings.weight_decay)
+    graph = settings.cuda_graph and device.type == "cuda"
+    optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     sampler = WindowSampler(train_ids, settings.batch_size, settings.seq_len, params.seed)
     history, first_epoch, seconds = History(), 1, 0.0
 
-    store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids))
+    store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids), device)
     run = _Run(model, optimizer, scheduler, sampler, device)
     saved = store.load()
     if saved is not None:
@@ -216,29 +199,36 @@ def train(
         first_epoch = saved["epoch"] + 1
         print(f"resuming {name} after epoch {saved['epoch']} from {store.path}")
 
+    step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph)
     tokens_per_step = settings.batch_size * settings.seq_len
     for epoch in range(first_epoch, entry.epochs + 1):
         model.train()
         epoch_start, losses = time.perf_counter(), []
-        lr = optimizer.param_groups[0]["lr"]
-        bar = tqdm(range(n_steps), desc=f"{name} epoch {epoch}/{entry.epochs}", disable=not progress,
+        lr = float(optimizer.param_groups[0]["lr"])
+        xs, ys = (t.to(device) for t in sampler.batches(n_steps))  # (n_steps, B, T): one copy per epoch
+        log = LossLog(n_steps, device, first_step=len(history.steps) + 1)
+        bar = tqdm(total=n_steps, desc=f"{name} epoch {epoch}/{entry.epochs}", disable=not progress,
                    leave=False, mininterval=1.0, dynamic_ncols=True)
-        for _ in bar:
-            step_start = time.perf_counter()
-            x, y = sampler.next()
-            loss_value = optimizer_step(model, optimizer, x.to(device, non_blocking=True),
-                                        y.to(device, non_blocking=True), settings.grad_clip)
-            step = len(history.steps) + 1
-            if not math.isfinite(loss_value):
-                raise TrainingError(
-                    f"non-finite training loss ({loss_value}) at step {step} (epoch {epoch}); "
-                    f"the last completed epoch is kept in {store.path or 'no resume folder'}"
-                )
-            losses.append(loss_value)
-            rate = tokens_per_step / (time.perf_counter() - step_start)
-            history.steps.append({"step": step, "epoch": epoch, "train_loss": loss_value, "lr": lr,
-                                  "tokens_per_second": rate})
-            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{rate:,.0f}")
+        block_start = time.perf_counter()
+        for i in range(n_steps):
+            log.record(step_fn(xs[i], ys[i]))
+            if (i + 1) % settings.check_every and i + 1 < n_steps:
+                continue
+            try:  # the host waits for the device here only, once every check_every steps
+                block = log.read()
+            except NonFiniteLoss as error:
+                raise TrainingError(f"{error} (epoch {epoch}); the last completed epoch is kept in "
+                                    f"{store.path or 'no resume folder'}") from None
+            now = time.perf_counter()
+            rate = tokens_per_step * len(block) / (now - block_start)  # the block's mean rate
+            block_start = now
+            for loss_value in block:
+                history.steps.append({"step": len(history.steps) + 1, "epoch": epoch, "train_loss": loss_value,
+                                      "lr": lr, "tokens_per_second": rate})
+            losses += block
+            bar.update(len(block))
+            bar.set_postfix(loss=f"{block[-1]:.3f}", tok_s=f"{rate:,.0f}")
+        bar.close()
         scheduler.step()
         val = windowed_nll(model, val_ids, settings.seq_len)
         epoch_seconds = time.perf_counter() - epoch_start

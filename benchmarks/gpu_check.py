@@ -1,0 +1,357 @@
+"""Check a machine with an NVIDIA GPU, in one command (under 10 minutes on an H100):
+
+    python benchmarks/gpu_check.py --corpus PATH/tinyshakespeare.txt
+
+1. the CUDA tests (`tests/test_cuda.py`: the Python loops on CUDA against float64 CPU references,
+   graph and eager training steps, a CUDA-trained checkpoint on the CPU, sampling on the GPU);
+2. the training-step benchmark on CUDA (`benchmarks/speed.py`'s, medians of side-by-side rounds):
+   the study's step-by-step cell, ours eager, ours replayed as a CUDA graph, and cuDNN's
+   nn.GRU / nn.LSTM, all at the same float32 precision (exact unless --allow-tf32);
+3. astra_alpha trained on CUDA through the stage scripts (download from the local corpus, prepare,
+   tokenizer, train, generate, evaluate, report) in a scratch copy of the repository, its validation
+   loss against the CPU run committed in reports/train/metrics.json, and its checkpoint scored on
+   the CPU.
+
+It writes one report, `reports/gpu/check.md` (GPU model, driver, PyTorch, CUDA and cuDNN versions,
+every figure), and the same figures as JSON beside it.
+
+    python benchmarks/gpu_check.py --corpus PATH --study astra_gamma leviathan --results DIR
+
+trains the named models at full scale through the same stage scripts instead, and packs each
+model's outputs (training metrics and curves, evaluation metrics, reset curve, generations, and
+provenance) into DIR/<model>.tar.gz; checkpoints stay behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import speed  # noqa: E402
+
+from rnnlm.checkpoint import load_checkpoint  # noqa: E402
+from rnnlm.corpus import VAL_FILE, read_corpus  # noqa: E402
+from rnnlm.device import set_float32_precision  # noqa: E402
+from rnnlm.scoring import windowed_nll  # noqa: E402
+
+TARGET_MODELS = ("astra_beta", "astra_gamma", "scribe_gamma", "leviathan")
+
+
+def environment() -> dict[str, object]:
+    """GPU, driver, library versions, CPU."""
+    smi = ""
+    if shutil.which("nvidia-smi"):
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+    name, driver, memory = (smi.split(", ") + ["?", "?", "?"])[:3]
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "driver": driver, "gpu_memory": memory, "nvidia_smi_name": name,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "cpu": speed.machine_line(torch.device("cpu")), "python": platform.python_version(),
+    }
+
+
+def run_tests(log) -> dict[str, object]:
+    start = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    log.write(done.stdout + done.stderr)
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return {"exit_code": done.returncode, "summary": lines[-1] if lines else "", "seconds": time.perf_counter() - start,
+            "failures": [line for line in lines if line.startswith("FAILED")]}
+
+
+def run_speed(models: list[str], repeats: int) -> dict[str, object]:
+    device = torch.device("cuda")
+    settings = speed.replace(speed.FULL, repeats=repeats)
+    configs = speed.model_configs(str(REPO / "params.yaml"), models, 1)
+    matmul = speed.matmul_gflops(settings.matmul_size, settings.repeats, device)
+    rows, errors = [], {}
+    for name, config in configs.items():
+        try:
+            measured = speed.benchmark_training(name, config, settings, device)
+        except Exception as error:  # noqa: BLE001 - record it, measure the other shapes
+            errors[name] = f"{type(error).__name__}: {error}"
+            continue
+        for row in measured:
+            rows.append({"model": row.model, "implementation": row.implementation, "ms_per_step": row.seconds * 1e3,
+                         "tokens_per_second": row.tokens / row.seconds, "gflops": row.flops / row.seconds / 1e9,
+                         "peak_mb": row.peak / 2**20})
+        print(f"  measured {name}", flush=True)
+    by = {(r["model"], r["implementation"]): r["ms_per_step"] for r in rows}
+    for r in rows:
+        r["x_step_by_step"] = by[(r["model"], "step-by-step")] / r["ms_per_step"]
+        r["x_cudnn"] = by[(r["model"], "PyTorch")] / r["ms_per_step"]
+    return {"matmul_gflops": matmul, "repeats": repeats, "rows": rows, "errors": errors}
+
+
+def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None) -> dict[str, object]:
+    """The pipeline's stage scripts for `model`, in `work` (a scratch copy of the repository)."""
+    env = {**os.environ, "PYTHONPATH": "src", "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
+    params = work / "params.yaml"
+    text = params.read_text().replace("model: astra_alpha\n", f"model: {model}\n", 1)
+    if steps_scale is not None:
+        text = text.replace("  steps_scale: 1.0\n", f"  steps_scale: {steps_scale}\n", 1)
+    params.write_text(text)
+    commands = [
+        ["stages/download.py", "data/raw/tinyshakespeare.txt"],
+        ["stages/prepare.py", "data/raw/tinyshakespeare.txt", "data/prepared"],
+        ["stages/tokenizer.py", "data/prepared/train.txt", "models/tokenizer"],
+        ["stages/train.py", model, "data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume"],
+        ["stages/generate.py", "models/model.pt", "reports/generations.json"],
+        ["stages/evaluate.py", "models/model.pt", "data/prepared", "reports/generations.json", "reports/metrics.json",
+         "reports/plots/reset_curve.csv"],
+        ["stages/report.py", "reports/generations.json", "reports/metrics.json", "reports/generations.md"],
+    ]
+    seconds = {}
+    for command in commands:
+        stage = Path(command[0]).stem
+        if stage in ("download", "prepare", "tokenizer") and (work / "data/prepared/train.txt").exists() \
+                and (work / "models/tokenizer").exists():
+            continue
+        start = time.perf_counter()
+        log.write(f"\n$ python {' '.join(command)}\n")
+        log.flush()
+        done = subprocess.run([sys.executable, *command], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              check=False)
+        seconds[stage] = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(f"stage {stage} of {model} exited {done.returncode}")
+    train = json.loads((work / "reports/train/metrics.json").read_text())
+    metrics = json.loads((work / "reports/metrics.json").read_text())
+    return {"model": model, "stage_seconds": seconds, "train": train,
+            "stateful_bpc": metrics["stateful_bpc"], "stateless_bpc": metrics["stateless_bpc"],
+            "bigram_bpc": metrics["bigram_bpc"]}
+
+
+def profile(models: list[str]) -> str:
+    """Where a training step's GPU time goes: the kernels of ours (eager) by total time, and the
+    latency of one per-step product and one elementwise kernel, each replayed 200 times in a graph."""
+    device = torch.device("cuda")
+    out = []
+    configs = speed.model_configs(str(REPO / "params.yaml"), models, 1)
+    for name, config in configs.items():
+        data = torch.randint(config.vocab_size, (64, 129), device=device)
+        tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+        _, step = speed.our_training_step(config, tokens, targets, device, graph=False)
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        out.append(f"## {name}: kernels of one eager step\n")
+        out.append(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+    for hidden in (128, 256, 512, 768, 1024):
+        for cols in (hidden, 2 * hidden, 4 * hidden):
+            h = torch.randn(64, hidden, device=device)
+            w = torch.randn(cols, hidden, device=device)
+            acc = torch.randn(64, cols, device=device)
+            out.append(f"addmm_ (64x{hidden}) @ ({hidden}x{cols}): {_graph_us(lambda: acc.addmm_(h, w.T)):.2f} us")
+        x = torch.randn(64, hidden, device=device)
+        out.append(f"sigmoid_ (64x{hidden}): {_graph_us(lambda: x.sigmoid_()):.2f} us")
+    return "\n".join(out)
+
+
+def _graph_us(fn, repeats: int = 200) -> float:
+    """Microseconds per call of fn, replayed `repeats` times in one CUDA graph (median of 5 replays)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeats):
+            fn()
+    times = []
+    for _ in range(6):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / repeats)
+    return sorted(times[1:])[2]
+
+
+def scratch_copy(into: Path) -> Path:
+    work = into / "repo"
+    for name in ("src", "stages"):
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "params.yaml", work / "params.yaml")
+    return work
+
+
+def check_pipeline(corpus: Path, log) -> dict[str, object]:
+    """astra_alpha through the stages on CUDA; its CPU twin's numbers; its checkpoint on the CPU."""
+    cpu_run = json.loads((REPO / "reports/train/metrics.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        work = scratch_copy(Path(tmp))
+        result = run_stages("astra_alpha", corpus, work, log)
+        checkpoint = load_checkpoint(work / "models/model.pt")
+        val_ids = torch.tensor(checkpoint.tokenizer().encode(read_corpus(work / "data/prepared" / VAL_FILE)))
+        seq_len = checkpoint.params["train"]["seq_len"]
+        on_cpu = windowed_nll(checkpoint.build_model("cpu"), val_ids, seq_len).mean
+        result["generations_md"] = (work / "reports/generations.md").read_text()
+    result["cpu_run"] = {"val_loss": cpu_run["val_loss"], "device": cpu_run["device"], "seconds": cpu_run["seconds"]}
+    result["val_loss_gap_to_cpu_run"] = result["train"]["val_loss"] - cpu_run["val_loss"]
+    result["val_loss_of_checkpoint_on_cpu"] = on_cpu
+    return result
+
+
+def markdown(report: dict[str, object]) -> str:
+    env = report["environment"]
+    lines = [
+        "# GPU check", "",
+        f"Written by `benchmarks/gpu_check.py` on {env['date']}.", "",
+        f"- GPU: {env['gpu']} ({env['gpu_memory']}), driver {env['driver']}",
+        f"- PyTorch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Python {env['python']}",
+        f"- CPU: {env['cpu']}",
+        f"- float32 products: {report['precision']}", "",
+    ]
+    tests = report.get("tests")
+    if tests:
+        lines += ["## CUDA tests", "", f"`pytest tests/test_cuda.py`: {tests['summary']} (exit {tests['exit_code']}, "
+                  f"{tests['seconds']:.0f} s)", *[f"- {f}" for f in tests["failures"]], ""]
+    bench = report.get("speed")
+    if bench:
+        lines += [f"## Training step (batch 64, 128 steps; medians of {bench['repeats']} side-by-side rounds)", "",
+                  f"float32 matrix product 4096²: {bench['matmul_gflops']:,.0f} GFLOP/s", "",
+                  "| model | implementation | ms/step | tokens/s | × step-by-step | × cuDNN | peak MB |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for r in bench["rows"]:
+            impl = "cuDNN (nn.GRU/nn.LSTM)" if r["implementation"] == "PyTorch" else r["implementation"]
+            lines.append(f"| {r['model']} | {impl} | {r['ms_per_step']:,.2f} | {r['tokens_per_second']:,.0f} | "
+                         f"{r['x_step_by_step']:.2f} | {r['x_cudnn']:.2f} | {r['peak_mb']:,.1f} |")
+        lines += ["", *[f"- {model} failed: `{error}`" for model, error in bench["errors"].items()], ""]
+    pipe = report.get("pipeline")
+    if pipe:
+        t = pipe["train"]
+        lines += ["## astra_alpha through the stage scripts on CUDA", "",
+                  f"- trained on {t['device']}: {t['steps']} steps in {t['seconds']:.1f} s "
+                  f"({t['tokens_per_second']:,.0f} tokens/s), validation loss {t['val_loss']:.4f}",
+                  f"- the CPU run committed in reports/train/metrics.json: {pipe['cpu_run']['val_loss']:.4f} "
+                  f"({pipe['cpu_run']['seconds']:.0f} s); difference {pipe['val_loss_gap_to_cpu_run']:+.4f} nats "
+                  f"(target: within 0.02)",
+                  f"- the CUDA checkpoint scored on the CPU: validation loss {pipe['val_loss_of_checkpoint_on_cpu']:.6f}",
+                  f"- stateful {pipe['stateful_bpc']:.3f} bpc, stateless {pipe['stateless_bpc']:.3f}, "
+                  f"bigram {pipe['bigram_bpc']:.3f}",
+                  f"- stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in pipe["stage_seconds"].items()), ""]
+    for key, error in report.get("errors", {}).items():
+        lines += [f"**{key} failed**: `{error}`", ""]
+    return "\n".join(lines)
+
+
+OUTPUTS = {"train_metrics.json": "reports/train/metrics.json", "epochs.tsv": "reports/train/epochs.tsv",
+           "steps.tsv": "reports/train/steps.tsv", "metrics.json": "reports/metrics.json",
+           "reset_curve.csv": "reports/plots/reset_curve.csv", "generations.json": "reports/generations.json",
+           "generations.md": "reports/generations.md"}
+"""What --study keeps of each model's run: archive name -> path in the scratch repository."""
+
+
+def study(models: list[str], corpus: Path, results: Path, log, steps_scale: float | None) -> None:
+    """Train `models` through the stages, one after another; as each finishes, write its outputs and
+    provenance to `results/<model>.tar.gz` (one file a model, so a run cut short keeps the finished ones)."""
+    env = environment()
+    results.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = scratch_copy(Path(tmp))
+        for model in models:
+            start = time.perf_counter()
+            try:
+                result = run_stages(model, corpus, work, log, steps_scale)
+            except RuntimeError as error:
+                print(f"{model}: {error}", flush=True)
+                continue
+            provenance = {**env, "model": model, "wall_seconds": time.perf_counter() - start,
+                          "stage_seconds": result["stage_seconds"], "steps_scale": steps_scale or 1.0,
+                          "commit": _commit(), "made_by": "benchmarks/gpu_check.py --study"}
+            data = (json.dumps(provenance, indent=2) + "\n").encode()
+            partial = results / f".{model}.tar.gz"
+            with tarfile.open(partial, "w:gz") as tar:
+                for name, path in OUTPUTS.items():
+                    tar.add(work / path, arcname=f"{model}/{name}")
+                info = tarfile.TarInfo(f"{model}/provenance.json")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            partial.rename(results / f"{model}.tar.gz")
+            print(f"{model}: val {result['train']['val_loss']:.4f}, stateful {result['stateful_bpc']:.3f}, "
+                  f"stateless {result['stateless_bpc']:.3f}, {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def _commit() -> str:
+    """The commit that ran: git's HEAD, or RNNLM_COMMIT where the copy has no git history."""
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or os.environ.get("RNNLM_COMMIT", "unknown")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
+    parser.add_argument("--out", type=Path, default=REPO / "reports/gpu/check.md", help="the report to write")
+    parser.add_argument("--models", nargs="+", default=list(TARGET_MODELS), help="shapes for the benchmark")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--allow-tf32", action="store_true")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["tests", "speed", "pipeline"])
+    parser.add_argument("--study", nargs="+", metavar="MODEL", help="train these models instead of the check")
+    parser.add_argument("--results", type=Path, help="with --study: the folder for <model>.tar.gz")
+    parser.add_argument("--steps-scale", type=float, help="with --study: train.steps_scale (default: params)")
+    parser.add_argument("--profile", nargs="+", metavar="MODEL", help="print where a step's GPU time goes")
+    parser.add_argument("--log", type=Path, help="where the stages' and tests' output goes (default: beside --out)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("error: no CUDA GPU here; this command checks a GPU machine")
+    if not args.corpus.is_file():
+        sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
+    precision = set_float32_precision(args.allow_tf32)
+    log_path = args.log or args.out.with_suffix(".log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if args.profile:
+        print(profile(args.profile))
+        return
+    with open(log_path, "w") as log:
+        if args.study:
+            if args.results is None:
+                parser.error("--study needs --results")
+            study(args.study, args.corpus.resolve(), args.results, log, args.steps_scale)
+            return
+        report: dict[str, object] = {"environment": environment(), "precision": precision, "errors": {}}
+        steps = {"tests": lambda: run_tests(log), "speed": lambda: run_speed(args.models, args.repeats),
+                 "pipeline": lambda: check_pipeline(args.corpus.resolve(), log)}
+        for key, fn in steps.items():
+            if key in args.skip:
+                continue
+            start = time.perf_counter()
+            try:
+                report[key] = fn()
+            except Exception as error:  # noqa: BLE001 - one broken part must not hide the others' figures
+                report["errors"][key] = f"{type(error).__name__}: {error}"
+            print(f"{key}: {time.perf_counter() - start:.0f} s", flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(markdown(report) + "\n")
+            args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -108,9 +109,9 @@ def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | N
     """The pipeline's stage scripts for `model`, in `work` (a scratch copy of the repository)."""
     env = {**os.environ, "PYTHONPATH": "src", "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
     params = work / "params.yaml"
-    text = params.read_text().replace("model: astra_alpha\n", f"model: {model}\n", 1)
+    text = re.sub(r"(?m)^model: .*$", f"model: {model}", params.read_text(), count=1)
     if steps_scale is not None:
-        text = text.replace("  steps_scale: 1.0\n", f"  steps_scale: {steps_scale}\n", 1)
+        text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
     params.write_text(text)
     commands = [
         ["stages/download.py", "data/raw/tinyshakespeare.txt"],

@@ -301,9 +301,12 @@ def study(models: list[str], corpus: Path, results: Path, log, steps_scale: floa
 
 
 def _commit() -> str:
-    """The commit that ran: git's HEAD, or RNNLM_COMMIT where the copy has no git history."""
+    """The commit that ran: RNNLM_COMMIT when set (a copy of a working tree may carry a stale git
+    history, as the GPU machines' copies do), else git's HEAD."""
+    if os.environ.get("RNNLM_COMMIT"):
+        return os.environ["RNNLM_COMMIT"]
     done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
-    return done.stdout.strip() or os.environ.get("RNNLM_COMMIT", "unknown")
+    return done.stdout.strip() or "unknown"
 
 
 def main() -> None:

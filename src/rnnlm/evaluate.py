@@ -33,7 +33,7 @@ from rnnlm.corpus import character_vocabulary
 from rnnlm.ngram import NGramModel
 from rnnlm.params import EvaluateParams
 from rnnlm.generations import GenerationRun
-from rnnlm.scoring import Score, bits_per_char, streamed_nll, windowed_nll
+from rnnlm.scoring import Score, bits_per_char, streamed_total, windowed_total
 from rnnlm.sampling import MODES
 from rnnlm.textstats import text_statistics, word_vocabulary
 from rnnlm.tokenizers import Tokenizer
@@ -59,12 +59,18 @@ def predicted_chars(tokenizer: Tokenizer, text: str, ids: list[int]) -> int:
     return len(text) - len(tokenizer.decode(ids[:1]))
 
 
+def reset_curve_totals(model, ids: torch.Tensor, ks: list[int]) -> torch.Tensor:
+    """Total nats (float64, on the model's device, not read back) with the state reset every k
+    tokens for each k of `ks` (ascending, without repeats), then with it never reset."""
+    return torch.stack([*(windowed_total(model, ids, k) for k in ks), streamed_total(model, ids)])
+
+
 def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int) -> list[ResetPoint]:
-    """Scores for each k (ascending), then for never resetting."""
-    points = [ResetPoint(k, score, score.bits_per_char(chars)) for k in sorted(set(ks))
-              for score in [windowed_nll(model, ids, k)]]
-    never = streamed_nll(model, ids)
-    return points + [ResetPoint(None, never, never.bits_per_char(chars))]
+    """Scores for each k (ascending), then for never resetting; read back from the device at once."""
+    ks = sorted(set(ks))
+    totals = reset_curve_totals(model, ids, ks).tolist()
+    scores = [Score(nats=nats, tokens=ids.numel() - 1) for nats in totals]
+    return [ResetPoint(k, score, score.bits_per_char(chars)) for k, score in zip([*ks, None], scores)]
 
 
 def memory_horizon(curve: list[ResetPoint], tolerance: float) -> int | None:

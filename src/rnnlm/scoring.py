@@ -75,8 +75,9 @@ def _check(tokens: Tensor) -> None:
 
 
 @torch.no_grad()
-def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:
-    """Score `tokens` (1-D, int64) in windows of `window` tokens, each from a zero state.
+def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Tensor:
+    """Total nats (a 0-d float64 tensor on the model's device, not read back) of `tokens` (1-D,
+    int64) scored in windows of `window` tokens, each from a zero state.
 
     `batch_windows` windows run at once; by default as many as make about 16k tokens.
     """
@@ -92,12 +93,13 @@ def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_window
             logits, _ = model(x)  # (b, window, V)
             total += _nats(logits, targets[start : start + batch_windows].to(device))
     model.train(was_training)
-    return Score(nats=total.item(), tokens=tokens.numel() - 1)
+    return total
 
 
 @torch.no_grad()
-def streamed_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Score:
-    """Score `tokens` with the state carried across all of them (one stream, fed `chunk` at a time)."""
+def streamed_total(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
+    """Total nats (0-d float64, on the device) of `tokens` with the state carried across all of
+    them: one stream, fed `chunk` tokens at a time."""
     _check(tokens)
     was_training = model.training
     model.eval()
@@ -109,4 +111,14 @@ def streamed_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Sco
         logits, state = model(x[:, : y.shape[1]], state)  # (1, c, V)
         total += _nats(logits, y)
     model.train(was_training)
-    return Score(nats=total.item(), tokens=tokens.numel() - 1)
+    return total
+
+
+def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:
+    """`windowed_total` read back as a Score."""
+    return Score(nats=windowed_total(model, tokens, window, batch_windows).item(), tokens=tokens.numel() - 1)
+
+
+def streamed_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Score:
+    """`streamed_total` read back as a Score."""
+    return Score(nats=streamed_total(model, tokens, chunk).item(), tokens=tokens.numel() - 1)

@@ -1,0 +1,73 @@
+"""The device code on PyTorch's `meta` device: tensors with shapes and no values. A CPU tensor mixed
+into device code fails there ("expected all tensors to be on the same device"), and so does any
+read of a value (`.item()`, `float(t)`, a Python branch on a tensor): what would make a GPU wait."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rnnlm.errors import RnnlmError
+from rnnlm.evaluate import reset_curve_totals
+from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.sampling import Decoding, generate, same_device
+from rnnlm.scoring import windowed_total
+from rnnlm.train_step import EagerStep, LossLog, make_optimizer
+
+META = torch.device("meta")
+CONFIGS = [
+    ModelConfig("gru", vocab_size=30, embd=8, hidden=16, layers=2, dropout=0.2),
+    ModelConfig("lstm", vocab_size=30, embd=8, hidden=16, layers=2, dropout=0.2, layer_norm=True),
+    ModelConfig("rnn", vocab_size=30, embd=8, hidden=16, layers=1, dropout=0.2, dropout_mode="between"),
+]
+
+
+def _meta_model(config: ModelConfig) -> RecurrentLM:
+    return RecurrentLM(config).to(META)
+
+
+def test_values_cannot_be_read_on_meta():
+    """What the tests below rely on: reading a value back fails on the meta device."""
+    with pytest.raises(Exception):
+        torch.zeros((), device=META).item()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
+def test_a_training_step_runs_on_meta(config):
+    model = _meta_model(config).train()
+    step = EagerStep(model, make_optimizer(model, 1e-3, 0.01, META, graph=False), grad_clip=1.0)
+    log = LossLog(2, META)
+    tokens = torch.randint(30, (4, 9)).to(META)
+    for _ in range(2):
+        log.record(step(tokens[:, :-1], tokens[:, 1:]))
+    assert all(p.grad is not None and p.grad.device == META for p in model.parameters())
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
+def test_a_validation_pass_and_the_reset_curve_run_on_meta(config):
+    model = _meta_model(config)
+    ids = torch.randint(30, (50,))  # the split stays on the CPU; windows are moved to the device
+    assert windowed_total(model, ids, window=8).device == META
+    totals = reset_curve_totals(model, ids, [1, 4, 16])
+    assert totals.shape == (4,) and totals.device == META
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
+@pytest.mark.parametrize("strategy", ["greedy", "temperature", "top_k", "top_p"])
+def test_a_stateful_generation_runs_on_meta(config, strategy):
+    decoding = Decoding(strategy, temperature=0.8, top_k=5, top_p=0.9)
+    new = generate(_meta_model(config), [1, 2, 3], mode="stateful", decoding=decoding, max_new_tokens=4, num_samples=2)
+    assert new.shape == (2, 4) and new.device == META
+
+
+def test_a_generator_on_another_device_than_the_model_is_refused():
+    with pytest.raises(RnnlmError, match="the sampling generator is on cpu, the model on meta"):
+        generate(_meta_model(CONFIGS[0]), [1], mode="stateful", decoding=Decoding("greedy"), max_new_tokens=2,
+                 generator=torch.Generator())
+
+
+def test_same_device_reads_a_missing_index_as_the_current_one():
+    assert same_device(torch.device("cpu"), torch.device("cpu"))
+    assert not same_device(torch.device("cpu"), META)
+    if torch.cuda.is_available():
+        assert same_device(torch.device("cuda"), torch.device("cuda", torch.cuda.current_device()))

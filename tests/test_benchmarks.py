@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from tests.conftest import REPO_ROOT
 
 
@@ -48,3 +51,37 @@ def test_a_model_without_recurrence_is_refused():
     result = _benchmark("--models", "bengio_mlp")
     assert result.returncode == 2
     assert "--models bengio_mlp: expected a recurrent model" in result.stderr
+
+
+def test_gpu_check_refuses_a_machine_without_a_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("text")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--out",
+                           str(tmp_path / "check.md")], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == "error: no CUDA GPU here; this command checks a GPU machine"
+    assert not (tmp_path / "check.md").exists()
+
+
+def test_gpu_check_report_names_the_machine_and_every_figure():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import gpu_check
+
+    row = {"model": "astra_gamma", "implementation": "ours (graph)", "ms_per_step": 21.2, "tokens_per_second": 386126,
+           "x_step_by_step": 22.4, "x_cudnn": 0.88, "peak_mb": 0.0}
+    report = {
+        "environment": {"date": "2026-11-23", "gpu": "NVIDIA H100", "gpu_memory": "80 GB", "driver": "580",
+                        "torch": "2.11", "cuda": "13.0", "cudnn": 91900, "python": "3.12", "cpu": "Xeon"},
+        "precision": "ieee", "errors": {"pipeline": "RuntimeError: stage generate exited 1"},
+        "tests": {"summary": "28 passed", "exit_code": 0, "seconds": 56.0, "failures": []},
+        "speed": {"matmul_gflops": 50793.0, "repeats": 5, "rows": [row], "errors": {"leviathan": "OOM"}},
+    }
+    text = gpu_check.markdown(report)
+    for expected in ("NVIDIA H100", "driver 580", "PyTorch 2.11, CUDA 13.0, cuDNN 91900", "28 passed",
+                     "| astra_gamma | ours (graph) | 21.20 | 386,126 | 22.40 | 0.88 | 0.0 |", "leviathan failed: `OOM`",
+                     "**pipeline failed**"):
+        assert expected in text, expected

@@ -6,15 +6,14 @@ tried first and held to the same sha256.
 """
 
 import os
-import sys
 
 from rnnlm.corpus import MIRROR_ENV, fetch_corpus
-from rnnlm.errors import run_main
+from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
 
 
 def main() -> None:
-    (out_file,) = sys.argv[1:]
+    (out_file,) = command_args(__doc__)
     data = load_params().data
     source = fetch_corpus(data.url, data.sha256, out_file, mirror=os.environ.get(MIRROR_ENV))
     print(f"wrote {out_file} from {source}")

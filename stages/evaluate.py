@@ -5,20 +5,19 @@ Writes METRICS_JSON (state-reset curve, memory horizon, n-gram floor, text stati
 and CURVE_CSV (the reset curve with the n-gram levels, for `dvc plots`).
 """
 
-import sys
 from pathlib import Path
 
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import device_for
-from rnnlm.errors import run_main
+from rnnlm.errors import command_args, run_main
 from rnnlm.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.params import load_params
 from rnnlm.generations import read_generations
 
 
 def main() -> None:
-    checkpoint_path, prepared, generations_path, metrics_path, curve_path = sys.argv[1:]
+    checkpoint_path, prepared, generations_path, metrics_path, curve_path = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)

@@ -5,18 +5,17 @@ For every prompt of params `generate.prompts`, every strategy (greedy, temperatu
 and both modes, writes the samples to GENERATIONS_JSON (the `report` stage renders them).
 """
 
-import sys
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.checkpoint import load_checkpoint
 from rnnlm.device import device_for
-from rnnlm.errors import run_main
+from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
 from rnnlm.generations import run_generations
 
 
 def main() -> None:
-    checkpoint_path, json_path = sys.argv[1:]
+    checkpoint_path, json_path = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed, device_for(params.train))

@@ -5,15 +5,14 @@ Writes OUT_DIR/train.txt and OUT_DIR/val.txt (the first `data.train_fraction` of
 the rest) and OUT_DIR/vocab.json (the sorted characters of the whole corpus, and the counts).
 """
 
-import sys
 
 from rnnlm.corpus import character_vocabulary, read_corpus, split_corpus, write_prepared
-from rnnlm.errors import run_main
+from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
 
 
 def main() -> None:
-    corpus_file, out_dir = sys.argv[1:]
+    corpus_file, out_dir = command_args(__doc__)
     params = load_params()
     text = read_corpus(corpus_file)
     split = split_corpus(text, params.data.train_fraction)

@@ -4,16 +4,15 @@ Usage: python stages/report.py GENERATIONS_JSON METRICS_JSON REPORT_MD
 """
 
 import json
-import sys
 
 from rnnlm.atomic import write_text_atomic
-from rnnlm.errors import RnnlmError, run_main
+from rnnlm.errors import RnnlmError, command_args, run_main
 from rnnlm.generations import read_generations
 from rnnlm.report import to_markdown
 
 
 def main() -> None:
-    generations_path, metrics_path, markdown_path = sys.argv[1:]
+    generations_path, metrics_path, markdown_path = command_args(__doc__)
     run = read_generations(generations_path)
     try:
         with open(metrics_path, encoding="utf-8") as file:

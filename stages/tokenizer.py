@@ -4,16 +4,15 @@ Usage: python stages/tokenizer.py TRAIN_TEXT OUT_DIR
 Writes OUT_DIR/spm.model, which round-trips text exactly (see rnnlm.tokenizers).
 """
 
-import sys
 
 from rnnlm.corpus import read_corpus
-from rnnlm.errors import run_main
+from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
 from rnnlm.tokenizers import SentencePieceTokenizer, train_sentencepiece, write_sentencepiece
 
 
 def main() -> None:
-    train_text, out_dir = sys.argv[1:]
+    train_text, out_dir = command_args(__doc__)
     settings = load_params().tokenizer
     model_proto = train_sentencepiece(read_corpus(train_text), settings)
     path = write_sentencepiece(model_proto, out_dir)

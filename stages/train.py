@@ -5,12 +5,13 @@ Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv
 the state of the last completed epoch while the run is under way (not tracked by git or DVC).
 """
 
-import sys
 from pathlib import Path
 
 from rnnlm.checkpoint import save_checkpoint
 from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
-from rnnlm.errors import run_main
+from rnnlm.device import resolve_device
+from rnnlm.errors import command_args, run_main
+from rnnlm.memory import fits_in_memory
 from rnnlm.params import load_params, select_model
 from rnnlm.tokenizers import load_tokenizer
 from rnnlm.train import train
@@ -18,13 +19,15 @@ from rnnlm.train_report import write_training_report
 
 
 def main() -> None:
-    name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir = sys.argv[1:]
+    name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir = command_args(__doc__)
     params = load_params()
     entry = select_model(params, name)
     tokenizer = load_tokenizer(entry.tokens, prepared, tokenizer_dir)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
     val_text = read_corpus(Path(prepared) / VAL_FILE)
-    result = train(params, name, tokenizer, train_text, val_text, resume_dir=Path(resume_dir))
+    request = f"training {name} (train.batch_size {params.train.batch_size}, train.seq_len {params.train.seq_len})"
+    with fits_in_memory(request, resolve_device(params.train.device)):
+        result = train(params, name, tokenizer, train_text, val_text, resume_dir=Path(resume_dir))
     save_checkpoint(checkpoint, result.checkpoint)
     write_training_report(report_dir, name, result)
     print(f"wrote {checkpoint}: {name}, {result.parameters:,} parameters, {result.seconds:.0f}s on {result.device}")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 
 from tests.conftest import REPO_ROOT, make_dvc_repo, run, sha256_of, synthetic_play
@@ -27,7 +28,7 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
         (lambda p: p.update(model="astra_delta"), "error: model: 'astra_delta' is not under models:; expected one of"),
         (lambda p: p["train"].update(momentum=0.9), "error: train.momentum: unknown key; expected one of batch_size"),
         (lambda p: p["models"]["astra_alpha"].update(hidden="big"), "error: models.astra_alpha.hidden: expected a positive integer, got 'big'"),
-        (lambda p: p["models"]["astra_alpha"].update(lr=-0.1), "error: models.astra_alpha.lr: expected a positive number, got -0.1"),
+        (lambda p: p["models"]["astra_alpha"].update(lr=-0.1), "error: models.astra_alpha.lr: expected a finite positive number, got -0.1"),
         (lambda p: p["evaluate"].update(reset_every=[]), "error: evaluate.reset_every: expected a non-empty list of positive integers, got []"),
         (lambda p: p["generate"].update(prompts=[""]), "error: generate.prompts: expected a non-empty list of non-empty strings, got ['']"),
     ],
@@ -42,6 +43,28 @@ def test_params_errors_through_dvc_repro(tmp_path, edit, message):
     assert done.returncode != 0
     assert _error_line(done).startswith(message)
     assert not (root / "data/raw/tinyshakespeare.txt").exists()  # the first stage already refused
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"batch_size": 10**12}, "error: training astra_alpha (train.batch_size 1000000000000, train.seq_len 16) does "
+                                 "not fit in memory: one allocation asked for"),
+        ({"seq_len": 200_000}, "error: train.seq_len 200000 is longer than the validation split (3000 tokens) can "
+                               "fill once; expected at most 2999"),
+    ],
+    ids=["batch too large for memory", "window longer than the validation split"],
+)
+def test_training_requests_refused_by_the_train_stage(tmp_path, edit, message):
+    def broken(params):
+        _tiny_models(params)
+        params["train"].update(edit)
+
+    root = make_dvc_repo(tmp_path / "repo", CORPUS, broken)
+    done = run(["dvc", "repro"], root, check=False)
+    assert done.returncode != 0
+    assert _error_line(done).startswith(message)
+    assert not (root / "models/model.pt").exists() and not (root / "reports/train/metrics.json").exists()
 
 
 def test_corpus_checksum_mismatch(tmp_path):
@@ -92,14 +115,36 @@ def test_truncated_checkpoint(stage_dir, char_checkpoint):
     cut = stage_dir / "model.pt"
     cut.write_bytes(char_checkpoint.read_bytes()[:500])
     done = _stage("generate", stage_dir, cut, stage_dir / "out.json")
-    assert done.returncode == 1 and "not a readable checkpoint" in _error_line(done)
+    assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
     assert not (stage_dir / "out.json").exists()
 
 
 def test_not_a_checkpoint(stage_dir):
     (stage_dir / "model.pt").write_text("weights, honest")
     done = _stage("generate", stage_dir, stage_dir / "model.pt", stage_dir / "out.json")
-    assert done.returncode == 1 and "not a readable checkpoint" in _error_line(done)
+    assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
+
+
+@pytest.mark.parametrize("content", [b"\x0a\x05hello" * 40, None], ids=["foreign bytes", "another archive"])
+def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_dir, content):
+    """A SentencePiece model, random bytes, or a PyTorch archive of a pickled module: one line, and
+    never PyTorch's suggestion to retry with weights_only=False (that runs the file's code)."""
+    path = stage_dir / "model.pt"
+    if content is None:
+        torch.save(torch.nn.Linear(2, 2), path)
+    else:
+        path.write_bytes(content)
+    done = _stage("generate", stage_dir, path, stage_dir / "out.json")
+    assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
+    assert "weights_only" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("stage", ["download", "prepare", "tokenizer", "train", "generate", "evaluate", "report"])
+def test_a_stage_with_the_wrong_number_of_arguments_prints_its_usage(stage, stage_dir):
+    done = _stage(stage, stage_dir, "one", "two", "three", "four", "five", "six", "seven")
+    assert done.returncode == 2
+    assert _error_line(done).startswith(f"error: usage: python stages/{stage}.py ")
+    assert "got 7)" in _error_line(done) and "Traceback" not in done.stderr
 
 
 def test_checkpoint_of_another_model_than_the_selected_one(stage_dir, char_checkpoint, raw_params):

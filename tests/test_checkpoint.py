@@ -52,20 +52,20 @@ def test_missing_file(tmp_path):
 def test_truncated_file(saved):
     path = saved[0]
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="not an rnnlm checkpoint"):
         load_checkpoint(path)
 
 
 def test_text_file(tmp_path):
     (tmp_path / "notes.pt").write_text("hello")
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="not an rnnlm checkpoint"):
         load_checkpoint(tmp_path / "notes.pt")
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_pickled_module_is_refused_not_executed(tmp_path):
     torch.save(RecurrentLM(CONFIG), tmp_path / "module.pt")  # the thing we never do
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="not an rnnlm checkpoint"):
         load_checkpoint(tmp_path / "module.pt")
     (tmp_path / "plain.pkl").write_bytes(pickle.dumps({"format": "rnnlm-checkpoint"}))
     with pytest.raises(CheckpointError):

@@ -71,8 +71,8 @@ def _delete(raw: dict, path: str) -> None:
     ("path", "value", "message"),
     [
         ("model", "astra_delta", "model: 'astra_delta' is not under models:; expected one of astra_alpha, astra_beta"),
-        ("models.astra_beta.lr", -0.1, "models.astra_beta.lr: expected a positive number, got -0.1"),
-        ("models.astra_beta.lr", "fast", "models.astra_beta.lr: expected a positive number, got 'fast'"),
+        ("models.astra_beta.lr", -0.1, "models.astra_beta.lr: expected a finite positive number, got -0.1"),
+        ("models.astra_beta.lr", "fast", "models.astra_beta.lr: expected a finite positive number, got 'fast'"),
         ("models.astra_alpha.hidden", 0, "models.astra_alpha.hidden: expected a positive integer, got 0"),
         ("models.astra_alpha.hidden", 12.5, "models.astra_alpha.hidden: expected a positive integer, got 12.5"),
         ("models.astra_alpha.layers", True, "models.astra_alpha.layers: expected a positive integer, got True"),
@@ -84,9 +84,11 @@ def _delete(raw: dict, path: str) -> None:
         ("models.astra_alpha.layer_norm", "yes", "models.astra_alpha.layer_norm: expected true or false, got 'yes'"),
         ("train.seq_len", 1, "train.seq_len: expected an integer of at least 2, got 1"),
         ("train.batch_size", 0, "train.batch_size: expected a positive integer, got 0"),
-        ("train.steps_scale", 0, "train.steps_scale: expected a positive number, got 0.0"),
+        ("train.steps_scale", 0, "train.steps_scale: expected a finite positive number, got 0.0"),
+        ("generate.temperature", float("inf"), "generate.temperature: expected a finite positive number, got inf"),
+        ("generate.top_k_temperature", float("nan"), "generate.top_k_temperature: expected a finite positive number, got nan"),
         ("train.device", "tpu", "train.device: expected one of 'auto', 'cpu', 'cuda', got 'tpu'"),
-        ("train.weight_decay", -1, "train.weight_decay: expected a non-negative number, got -1.0"),
+        ("train.weight_decay", -1, "train.weight_decay: expected a finite non-negative number, got -1.0"),
         ("seed", -1, "seed: expected a non-negative integer, got -1"),
         ("data.sha256", "abc", "data.sha256: expected 64 lowercase hex digits, got 'abc'"),
         ("data.train_fraction", 1.0, "data.train_fraction: expected a number strictly between 0 and 1, got 1.0"),
@@ -109,8 +111,8 @@ def test_invalid_values_name_the_key(raw_params, path, value, message):
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("models.scribe_beta.lr", "models.scribe_beta.lr: missing; expected a positive number"),
-        ("train.grad_clip", "train.grad_clip: missing; expected a positive number"),
+        ("models.scribe_beta.lr", "models.scribe_beta.lr: missing; expected a finite positive number"),
+        ("train.grad_clip", "train.grad_clip: missing; expected a finite positive number"),
         ("tokenizer", "tokenizer: missing; expected a mapping"),
         ("seed", "seed: missing; expected a non-negative integer"),
     ],
@@ -137,5 +139,5 @@ def test_a_stage_exits_2_with_one_line(tmp_path, raw_params):
         cwd=tmp_path, capture_output=True, text=True,
     )
     assert done.returncode == 2
-    assert done.stderr == "error: models.astra_beta.lr: expected a positive number, got -0.1\n"
+    assert done.stderr == "error: models.astra_beta.lr: expected a finite positive number, got -0.1\n"
     assert not (tmp_path / "out").exists()

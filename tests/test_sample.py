@@ -43,11 +43,15 @@ def test_sentencepiece_checkpoint(sentencepiece_checkpoint):
     [
         (["--prompt", "ROMEO @ home~"], "error: the text has characters the vocabulary lacks: '@', '~'"),
         (["--prompt", ""], "error: the prompt is empty; expected at least one token to start from"),
-        (["--prompt", "A", "--temperature", "0"], "error: temperature 0.0: expected a positive number"),
+        (["--prompt", "A", "--temperature", "0"], "error: temperature 0.0: expected a finite positive number"),
+        (["--prompt", "A", "--temperature", "inf"], "error: temperature inf: expected a finite positive number"),
+        (["--prompt", "A", "--temperature", "nan"], "error: temperature nan: expected a finite positive number"),
         (["--prompt", "A", "--top-k", "0"], "error: top-k 0: expected an integer from 1 to the vocabulary size"),
         (["--prompt", "A", "--top-k", "5000"], "error: top-k 5000: expected an integer from 1 to the vocabulary size"),
         (["--prompt", "A", "--max-new-tokens", "-3"], "error: max new tokens -3: expected a non-negative integer"),
         (["--prompt", "A", "--num-samples", "0"], "error: number of samples 0: expected a positive integer"),
+        (["--prompt", "A", "--num-samples", str(10**12)],
+         "error: sampling 1,000,000,000,000 texts of 200 tokens does not fit in memory: one allocation asked for"),
     ],
 )
 def test_bad_input_is_one_line_and_prints_no_text(char_checkpoint, args, message):

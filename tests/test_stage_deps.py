@@ -11,7 +11,8 @@ from tests.conftest import REPO_ROOT
 # What builds a model from a checkpoint and runs it: the layers, their scans and compiled loops.
 MODEL_CODE = {
     f"src/rnnlm/{name}.py"
-    for name in ("checkpoint", "tokenizers", "model", "window_mlp", "cells", "scans", "scan_loops", "native")
+    for name in ("checkpoint", "tokenizers", "model", "window_mlp", "cells", "scans", "scan_loops", "native",
+                 "triton_loops", "device")
 }
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 

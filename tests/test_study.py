@@ -88,6 +88,6 @@ def test_unknown_model_and_bad_scale_are_refused_before_anything_is_queued(tmp_p
     monkeypatch.setattr(study, "_dvc", lambda command: calls.append(command) or "")
     with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
         study.run(["astra_alpha", "nosuch"], 1.0, wait=False, params_path=str(REPO_ROOT / "params.yaml"))
-    with pytest.raises(RnnlmError, match="--steps-scale 0: expected a positive number"):
+    with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
         study.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []

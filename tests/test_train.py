@@ -211,11 +211,25 @@ def test_losses_are_read_every_check_every_steps(raw_params, monkeypatch):
     assert len(result.history.steps) == 36
 
 
-def test_resume_file_from_another_device_is_ignored(raw_params, tmp_path, capsys):
-    params = tiny_params(raw_params)
+def test_resume_file_from_another_device_is_ignored(tmp_path, capsys):
     fingerprint = "f" * 64
     ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cuda")).save({"epoch": 1})
     assert ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cuda")).load()["epoch"] == 1
     assert ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cpu")).load() is None
     assert "written by a run on cuda, this one runs on cpu" in capsys.readouterr().out
-    del params
+
+
+def test_no_progress_bar_when_the_output_is_not_a_terminal(raw_params, capsys):
+    train(tiny_params(raw_params), "astra_alpha", TOKENIZER, SPLIT.train, SPLIT.val, progress=True)  # not a tty
+    out, err = capsys.readouterr()
+    assert "it/s" not in err and "%|" not in err
+    assert [line.split(" | ")[0] for line in out.splitlines()] == [f"astra_alpha epoch {e:02d}/3" for e in (1, 2, 3)]
+
+
+def test_a_sequence_longer_than_the_validation_split_is_refused_before_training(raw_params):
+    tiny_params(raw_params)  # the tiny model and settings, written into raw_params
+    n_val = len(TOKENIZER.encode(SPLIT.val))
+    raw_params["train"]["seq_len"] = n_val
+    with pytest.raises(TrainingError, match=rf"train.seq_len {n_val} is longer than the validation split "
+                                            rf"\({n_val} tokens\) can fill once; expected at most {n_val - 1}"):
+        _train(parse_params(raw_params))

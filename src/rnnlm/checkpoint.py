@@ -10,6 +10,7 @@ given tokenizer and is the given model; each failure is one clear `CheckpointErr
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,11 +96,16 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is another format
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (not a complete PyTorch archive: truncated, or another "
+                              f"format; expected a file that the train stage wrote)")
     try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # torch.load fails on foreign bytes with many exception types
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or foreign file: {reason})") from error
+    except Exception as error:  # noqa: BLE001 - torch.load fails on damaged or foreign archives in many ways
+        # PyTorch's own message may advise loading with weights_only=False, which can run arbitrary
+        # code: it is not repeated here.
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (a PyTorch archive that cannot be read as plain "
+                              f"tensors: damaged, or written by other code)") from error
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an rnnlm checkpoint (no '{FORMAT}' marker)")
     if raw.get("version") != VERSION:

@@ -3,12 +3,13 @@
 In:  a path to params.yaml (or an already parsed mapping).
 Out: a `Params` tree. Every unknown key, missing key, wrong type or impossible value raises
 `ParamsError` with one line naming the key path and what was expected, for example
-`models.astra_beta.lr: expected a positive number, got -0.1`; stages turn it into exit status 2.
+`models.astra_beta.lr: expected a finite positive number, got -0.1`; stages turn it into exit status 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,11 +39,11 @@ def non_negative_int() -> Any:
 
 
 def positive_float() -> Any:
-    return _spec(float, "a positive number", lambda v: v > 0)
+    return _spec(float, "a finite positive number", lambda v: 0 < v < math.inf)
 
 
 def non_negative_float() -> Any:
-    return _spec(float, "a non-negative number", lambda v: v >= 0)
+    return _spec(float, "a finite non-negative number", lambda v: 0 <= v < math.inf)
 
 
 def open_fraction() -> Any:

@@ -18,6 +18,7 @@ from rnnlm.checkpoint import load_checkpoint
 from rnnlm.errors import RnnlmError, run_main
 from rnnlm.sampling import MODES, STRATEGIES, Decoding, check_request, generate, make_generator
 from rnnlm.device import resolve_device
+from rnnlm.memory import fits_in_memory
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -75,8 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     prompt_ids = tokenizer.encode(prompt)
     check_request(prompt_ids, args.mode, args.max_new_tokens, args.num_samples)  # before anything is printed
     streamer = _Streamer(tokenizer, prompt_ids) if args.num_samples == 1 else None
-    new = generate(model, prompt_ids, mode=args.mode, decoding=decoding, max_new_tokens=args.max_new_tokens,
-                   num_samples=args.num_samples, generator=make_generator(args.seed, device), on_token=streamer)
+    with fits_in_memory(f"sampling {args.num_samples:,} texts of {args.max_new_tokens} tokens", device):
+        new = generate(model, prompt_ids, mode=args.mode, decoding=decoding, max_new_tokens=args.max_new_tokens,
+                       num_samples=args.num_samples, generator=make_generator(args.seed, device), on_token=streamer)
     if streamer is not None:
         sys.stdout.write("\n")
         return

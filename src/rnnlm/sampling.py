@@ -18,6 +18,7 @@ between two tokens with a probability of about 1e-16 per draw.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,8 +55,8 @@ class Decoding:
     def validate(self, vocab_size: int) -> None:
         if self.strategy not in STRATEGIES:
             raise SamplingError(f"strategy {self.strategy!r}: expected one of {', '.join(STRATEGIES)}")
-        if not self.temperature > 0:
-            raise SamplingError(f"temperature {self.temperature}: expected a positive number")
+        if not 0 < self.temperature < math.inf:
+            raise SamplingError(f"temperature {self.temperature}: expected a finite positive number")
         if self.strategy == "top_k" and not 1 <= self.top_k <= vocab_size:
             raise SamplingError(f"top-k {self.top_k}: expected an integer from 1 to the vocabulary size {vocab_size}")
         if self.strategy == "top_p" and not 0 < self.top_p <= 1:

@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     report_parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     if args.command == "run":
-        if not args.steps_scale > 0:
-            raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a positive number")
+        if not 0 < args.steps_scale < math.inf:
+            raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a finite positive number")
         models = args.models or list(load_params(args.params).models)
         run(models, args.steps_scale, args.wait, args.params)
     else:

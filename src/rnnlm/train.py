@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -181,6 +182,9 @@ def train(
     val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)
     if val_ids.numel() < 2:
         raise TrainingError("the validation split encodes to fewer than 2 tokens; expected a longer corpus")
+    if settings.seq_len >= val_ids.numel():
+        raise TrainingError(f"train.seq_len {settings.seq_len} is longer than the validation split "
+                            f"({val_ids.numel()} tokens) can fill once; expected at most {val_ids.numel() - 1}")
     n_steps = steps_per_epoch(entry.steps_per_epoch, settings.steps_scale)
 
     torch.manual_seed(params.seed)  # weights and dropout masks
@@ -205,28 +209,28 @@ def train(
         model.train()
         epoch_start, losses = time.perf_counter(), []
         lr = float(optimizer.param_groups[0]["lr"])
-        xs, ys = (t.to(device) for t in sampler.batches(n_steps))  # (n_steps, B, T): one copy per epoch
-        log = LossLog(n_steps, device, first_step=len(history.steps) + 1)
-        bar = tqdm(total=n_steps, desc=f"{name} epoch {epoch}/{entry.epochs}", disable=not progress,
-                   leave=False, mininterval=1.0, dynamic_ncols=True)
-        block_start = time.perf_counter()
-        for i in range(n_steps):
-            log.record(step_fn(xs[i], ys[i]))
-            if (i + 1) % settings.check_every and i + 1 < n_steps:
-                continue
-            try:  # the host waits for the device here only, once every check_every steps
+        log = LossLog(settings.check_every, device, first_step=len(history.steps) + 1)
+        # A bar on a terminal only: in a log (a queued experiment, a redirect) each refresh would be a
+        # line of its own; there the epoch's summary line below is the progress report.
+        bar = tqdm(total=n_steps, desc=f"{name} epoch {epoch}/{entry.epochs}", leave=False, mininterval=1.0,
+                   dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
+        for first in range(0, n_steps, settings.check_every):
+            block_start = time.perf_counter()
+            size = min(settings.check_every, n_steps - first)
+            xs, ys = (t.to(device) for t in sampler.batches(size))  # (size, B, T): one copy per block
+            for i in range(size):
+                log.record(step_fn(xs[i], ys[i]))
+            try:  # the host waits for the device here only, once a block
                 block = log.read()
             except NonFiniteLoss as error:
                 raise TrainingError(f"{error} (epoch {epoch}); the last completed epoch is kept in "
                                     f"{store.path or 'no resume folder'}") from None
-            now = time.perf_counter()
-            rate = tokens_per_step * len(block) / (now - block_start)  # the block's mean rate
-            block_start = now
+            rate = tokens_per_step * size / (time.perf_counter() - block_start)  # the block's mean rate
             for loss_value in block:
                 history.steps.append({"step": len(history.steps) + 1, "epoch": epoch, "train_loss": loss_value,
                                       "lr": lr, "tokens_per_second": rate})
             losses += block
-            bar.update(len(block))
+            bar.update(size)
             bar.set_postfix(loss=f"{block[-1]:.3f}", tok_s=f"{rate:,.0f}")
         bar.close()
         scheduler.step()

@@ -1,8 +1,9 @@
 """DVC stage `evaluate`: measure what statefulness is worth for the trained model.
 
-Usage: python stages/evaluate.py CHECKPOINT PREPARED_DIR GENERATIONS_JSON METRICS_JSON CURVE_CSV
-Writes METRICS_JSON (state-reset curve, memory horizon, n-gram floor, text statistics per mode)
-and CURVE_CSV (the reset curve with the n-gram levels, for `dvc plots`).
+Usage: python stages/evaluate.py CHECKPOINT PREPARED_DIR GENERATIONS_JSON METRICS_JSON CURVE_CSV CONTEXT_CSV
+Writes METRICS_JSON (state-reset curve, context curve and horizon, n-gram floor, text statistics per
+mode), CURVE_CSV (the reset curve with the n-gram levels) and CONTEXT_CSV (the context curve), the
+two for `dvc plots`.
 """
 
 from pathlib import Path
@@ -11,23 +12,28 @@ from rnnlm.checkpoint import load_checkpoint
 from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
-from rnnlm.evaluate import evaluate, write_metrics, write_reset_curve
+from rnnlm.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
 from rnnlm.params import load_params
 from rnnlm.generations import read_generations
 
 
 def main() -> None:
-    checkpoint_path, prepared, generations_path, metrics_path, curve_path = command_args(__doc__)
+    checkpoint_path, prepared, generations_path, metrics_path, curve_path, context_path = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
     val_text = read_corpus(Path(prepared) / VAL_FILE)
-    metrics, curve = evaluate(checkpoint, train_text, val_text, read_generations(generations_path), params.evaluate,
-                               device_for(params.train))
+    metrics, curve, context = evaluate(checkpoint, train_text, val_text, read_generations(generations_path),
+                                       params.evaluate, params.seed, device_for(params.train))
     write_metrics(metrics, metrics_path)
     write_reset_curve(curve, metrics, curve_path)
+    write_context_curve(context, context_path)
+    left_out = sorted(set(params.evaluate.context_lengths) - set(context.lengths))
+    if left_out:
+        print(f"note: context lengths {left_out} left out: the validation split has {metrics['val_tokens'] + 1} tokens")
     print(f"{metrics['model']}: stateful {metrics['stateful_bpc']:.3f}, stateless {metrics['stateless_bpc']:.3f}, "
-          f"bigram {metrics['bigram_bpc']:.3f} bits per character; memory horizon {metrics['memory_horizon']}")
+          f"bigram {metrics['bigram_bpc']:.3f} bits per character; context horizon {metrics['context_horizon']} "
+          f"tokens (range {metrics['context_horizon_range']})")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from rnnlm.corpus import character_vocabulary, split_corpus
-from rnnlm.evaluate import ResetPoint, memory_horizon, ngram_floor, predicted_chars, reset_curve
+from rnnlm.context import context_curve
+from rnnlm.evaluate import ngram_floor, predicted_chars, reset_curve
 from rnnlm.model import ModelConfig, RecurrentLM
 from rnnlm.params import TokenizerParams, parse_params
-from rnnlm.scoring import Score
+from rnnlm.scoring import streamed_token_nll
 from rnnlm.tokenizers import CharTokenizer, SentencePieceTokenizer, train_sentencepiece
 from rnnlm.train import train
 from tests.conftest import synthetic_play
@@ -44,7 +45,9 @@ def test_memory_beats_the_stateless_mode_on_a_copy_task(raw_params):
     model = result.checkpoint.build_model()
     val_ids = tokenizer.encode(split.val)
     chars = predicted_chars(tokenizer, split.val, val_ids)
-    curve = reset_curve(model, torch.tensor(val_ids), [1, 2, 4, 8, 64], chars)
+    ids = torch.tensor(val_ids)
+    carried = streamed_token_nll(model, ids)
+    curve = reset_curve(model, ids, [1, 2, 4, 8, 64], chars, carried)
     stateless, stateful = curve[0].bpc, curve[-1].bpc
     bigram = ngram_floor(tokenizer.encode(split.train), val_ids, tokenizer.vocab_size, params.evaluate, chars)[2]
     assert stateful < 1.8  # near the 1.5 bits the task allows
@@ -53,8 +56,11 @@ def test_memory_beats_the_stateless_mode_on_a_copy_task(raw_params):
     assert 2.8 < bigram < 3.2
     bpcs = [p.bpc for p in curve]
     assert bpcs == sorted(bpcs, reverse=True)  # more context never hurts
-    # windows of 8 lose the repeats that fall in their first 3 places; windows of 64 lose few
-    assert memory_horizon(curve, 0.05) == 64
+    # The repeated key lies 3 symbols back: from 2 symbols of context it cannot be known, from 3 it can.
+    context = context_curve(model, ids, carried, torch.ones(tokenizer.vocab_size), [1, 2, 3, 4, 8], 2000, 0, 0.01)
+    assert context.horizon() >= 3
+    assert context.bpc[1] > context.carried_bpc + 0.3  # two symbols back: a quarter of the targets guessed
+    assert context.bpc[2] == pytest.approx(context.carried_bpc, rel=0.01)
 
 
 def test_bits_per_character_for_sentencepiece_by_hand():
@@ -69,21 +75,10 @@ def test_bits_per_character_for_sentencepiece_by_hand():
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()  # uniform predictions: ln 100 nats per piece
-    curve = reset_curve(model, torch.tensor(ids), [1, 4], chars)
+    curve = reset_curve(model, torch.tensor(ids), [1, 4], chars, streamed_token_nll(model, torch.tensor(ids)))
     expected = (len(ids) - 1) * math.log(100) / chars / math.log(2)
     assert [p.bpc for p in curve] == pytest.approx([expected] * 3)
     assert curve[-1].k is None and curve[-1].label == "never"
-
-
-def _curve(values):
-    points = [ResetPoint(k, Score(0.0, 1), bpc) for k, bpc in values]
-    return points + [ResetPoint(None, Score(0.0, 1), 2.0)]
-
-
-def test_memory_horizon_is_the_first_k_within_tolerance():
-    assert memory_horizon(_curve([(1, 3.0), (8, 2.05), (64, 2.019), (512, 2.0)]), 0.01) == 64
-    assert memory_horizon(_curve([(1, 3.0), (8, 2.5)]), 0.01) is None
-    assert memory_horizon(_curve([(1, 2.0)]), 0.01) == 1
 
 
 def test_ngram_floor_orders(raw_params):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rnnlm.context import context_nll, target_positions
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluate import reset_curve_totals
 from rnnlm.model import ModelConfig, RecurrentLM
 from rnnlm.sampling import Decoding, generate, same_device
-from rnnlm.scoring import windowed_total
+from rnnlm.scoring import streamed_token_nll, windowed_total
 from rnnlm.train_step import EagerStep, LossLog, make_optimizer
 
 META = torch.device("meta")
@@ -44,12 +45,15 @@ def test_a_training_step_runs_on_meta(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
-def test_a_validation_pass_and_the_reset_curve_run_on_meta(config):
+def test_a_validation_pass_and_the_reset_and_context_curves_run_on_meta(config):
     model = _meta_model(config)
     ids = torch.randint(30, (50,))  # the split stays on the CPU; windows are moved to the device
     assert windowed_total(model, ids, window=8).device == META
-    totals = reset_curve_totals(model, ids, [1, 4, 16])
+    carried = streamed_token_nll(model, ids)
+    totals = reset_curve_totals(model, ids, [1, 4, 16], carried)
     assert totals.shape == (4,) and totals.device == META
+    losses = context_nll(model, ids, target_positions(50, 16, 10, seed=0), 16)
+    assert losses.shape == (10,) and losses.device == META
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)

@@ -105,6 +105,11 @@ def test_generate_evaluate_and_report(train_repo):
     assert metrics["stateful_bpc"] == metrics["reset_curve_bpc"]["never"]
     assert list(metrics["ngram_bpc"]) == ["unigram", "bigram", "trigram", "4gram", "5gram"]
     assert set(metrics["text"]) == {"stateless", "stateful", "validation"}
+    assert list(metrics["context_curve_bpc"]) == ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"]
+    assert metrics["context_targets"] == 1976  # the 3,000-token split leaves 1,976 targets after 1,024 tokens
+    assert "memory_horizon" not in metrics and "context_horizon" in metrics
+    context = (train_repo / "reports/plots/context_curve.csv").read_text().splitlines()
+    assert context[0] == "c,context_c_bpc,carried_state_bpc,standard_error_bpc,context_chars" and len(context) == 12
     curve = (train_repo / "reports/plots/reset_curve.csv").read_text().splitlines()
     assert curve[0].startswith("k,reset_every_k_bpc,never_reset_bpc,unigram_bpc,bigram_bpc") and len(curve) == 12
     markdown = (train_repo / "reports/generations.md").read_text()
@@ -113,7 +118,7 @@ def test_generate_evaluate_and_report(train_repo):
     shown = json.loads(run(["dvc", "metrics", "show", "--json"], train_repo).stdout)
     assert "reports/metrics.json" in json.dumps(shown) and "reports/train/metrics.json" in json.dumps(shown)
     plots = run(["dvc", "plots", "show", "--json"], train_repo).stdout
-    assert "reset_curve" in plots
+    assert "reset_curve" in plots and "context_curve" in plots
     assert "up to date" in run(["dvc", "status"], train_repo).stdout
 
 

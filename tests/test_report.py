@@ -25,7 +25,10 @@ def test_markdown_sets_the_modes_side_by_side_and_escapes_html():
 
 METRICS = {
     "val_chars": 1000, "val_tokens": 999, "stateful_bpc": 2.39, "stateless_bpc": 3.76, "bigram_bpc": 3.59,
-    "stateless_minus_bigram_bpc": 0.17, "memory_horizon": 128, "memory_horizon_tolerance": 0.01,
+    "stateless_minus_bigram_bpc": 0.17,
+    "context_targets": 2000, "context_carried_bpc": 2.40, "context_horizon": 16, "context_horizon_range": [8, 32],
+    "context_horizon_tolerance": 0.01, "context_curve_bpc": {"1": 3.70, "16": 2.41, "64": 2.40},
+    "context_curve_se_bpc": {"1": 0.05, "16": 0.001, "64": 0.0}, "context_curve_chars": {"1": 1.0, "16": 16.0, "64": 64.0},
     "reset_curve_bpc": {"1": 3.76, "128": 2.41, "never": 2.39},
     "ngram_bpc": {"unigram": 4.83, "bigram": 3.59, "5gram": 2.44},
     "text": {mode: {"known_word_share": 0.5, "distinct_1": 0.7, "distinct_2": 0.8, "distinct_3": 0.9,
@@ -43,5 +46,8 @@ def test_measures_come_first_as_tables():
     assert "| stateful: the state is never reset | 2.390 |" in text
     assert "| stateless: the state is reset before every token | 3.760 |" in text
     assert "| k | 1 | 128 | never |" in text and "| bits per character | 3.760 | 2.410 | 2.390 |" in text
-    assert "Memory horizon: 128 tokens (the smallest reset interval within 1% of never resetting)" in text
+    assert ("Context horizon, the smallest c within 1% of the carried state: 16 tokens (from 8 tokens to 32 "
+            "tokens within two standard errors)") in text
+    assert "| c (tokens of context) | 1 | 16 | 64 |" in text and "| over the carried state | +54.2% | +0.4% | +0.0% |" in text
+    assert "horizon" not in text.split("State reset every k tokens")[1].split("| k |")[0]
     assert "| lines in the `NAME:` speaker form | – | – | – |" in text

@@ -19,7 +19,7 @@ def _record(model, scale, stateful, *, experiment=None, rev="abc1234", typ="base
         "Experiment": experiment, "rev": rev, "typ": typ, "State": state,
         "params.yaml:model": model, "train.steps_scale": scale, "tokens": "char",
         "parameters": 1000, "steps": 20, "device": "cpu", "seconds": seconds, "val_loss": 1.7,
-        "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59, "memory_horizon": 64,
+        "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59, "context_horizon": 16,
         "text.stateless.known_word_share": 0.4, "text.stateful.known_word_share": 0.8,
         "text.stateless.repeated_4gram_share": 0.2, "text.stateful.repeated_4gram_share": 0.1,
     }

@@ -1,14 +1,17 @@
 """Measure what statefulness is worth, for one trained checkpoint.
 
 In:  the checkpoint, the train and validation texts, the generation samples, and params `evaluate`.
-Out: a metrics dict (stable keys, written as reports/metrics.json) and the state-reset curve rows
-(written as reports/plots/reset_curve.csv).
+Out: a metrics dict (stable keys, written as reports/metrics.json), the state-reset curve rows
+(reports/plots/reset_curve.csv) and the context curve (reports/plots/context_curve.csv).
 
 - The state-reset curve: the validation split scored with the state reset to zero every k tokens,
   for each k in `evaluate.reset_every` and for "never" (k = 1 is the stateless mode, never the
   stateful one), in nats per token and bits per character.
-- The memory horizon: the smallest k whose bits per character are within `horizon_tolerance`
-  (relative) of never resetting: how much context the model actually uses.
+  It measures what resetting costs, not how much context the model uses (every window pays a
+  warm-up, so its distance to never resetting shrinks like 1/k whatever the model remembers).
+- The context curve and its horizon (see rnnlm.context): seeded validation targets each predicted
+  from exactly c tokens, against the carried state on the same targets; the horizon is the
+  smallest c within `horizon_tolerance` of it: how much context the model actually uses.
 - The n-gram floor: count models of orders 1 to `ngram_max_order` on the same tokens, fit on the
   training split (see rnnlm.ngram for the smoothing). A stateless model sees one token, as a
   bigram does, so the bigram is the floor it cannot beat by much.
@@ -33,7 +36,8 @@ from rnnlm.corpus import character_vocabulary
 from rnnlm.ngram import NGramModel
 from rnnlm.params import EvaluateParams
 from rnnlm.generations import GenerationRun
-from rnnlm.scoring import Score, bits_per_char, streamed_total, windowed_total
+from rnnlm.context import ContextCurve, context_curve
+from rnnlm.scoring import Score, bits_per_char, streamed_token_nll, windowed_total
 from rnnlm.sampling import MODES
 from rnnlm.textstats import text_statistics, word_vocabulary
 from rnnlm.tokenizers import Tokenizer
@@ -59,24 +63,19 @@ def predicted_chars(tokenizer: Tokenizer, text: str, ids: list[int]) -> int:
     return len(text) - len(tokenizer.decode(ids[:1]))
 
 
-def reset_curve_totals(model, ids: torch.Tensor, ks: list[int]) -> torch.Tensor:
+def reset_curve_totals(model, ids: torch.Tensor, ks: list[int], carried_nll: torch.Tensor) -> torch.Tensor:
     """Total nats (float64, on the model's device, not read back) with the state reset every k
-    tokens for each k of `ks` (ascending, without repeats), then with it never reset."""
-    return torch.stack([*(windowed_total(model, ids, k) for k in ks), streamed_total(model, ids)])
+    tokens for each k of `ks` (ascending, without repeats), then with it never reset (the sum of
+    carried_nll, each token's loss with the state carried: `streamed_token_nll`)."""
+    return torch.stack([*(windowed_total(model, ids, k) for k in ks), carried_nll.double().sum()])
 
 
-def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int) -> list[ResetPoint]:
+def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int, carried_nll: torch.Tensor) -> list[ResetPoint]:
     """Scores for each k (ascending), then for never resetting; read back from the device at once."""
     ks = sorted(set(ks))
-    totals = reset_curve_totals(model, ids, ks).tolist()
+    totals = reset_curve_totals(model, ids, ks, carried_nll).tolist()
     scores = [Score(nats=nats, tokens=ids.numel() - 1) for nats in totals]
     return [ResetPoint(k, score, score.bits_per_char(chars)) for k, score in zip([*ks, None], scores)]
-
-
-def memory_horizon(curve: list[ResetPoint], tolerance: float) -> int | None:
-    """The smallest k within `tolerance` (relative) of never resetting; None if no k is."""
-    never = curve[-1].bpc
-    return next((p.k for p in curve[:-1] if p.bpc <= never * (1 + tolerance)), None)
 
 
 def ngram_floor(train_ids: list[int], val_ids: list[int], vocab_size: int, settings: EvaluateParams,
@@ -116,13 +115,20 @@ def generation_statistics(generations: GenerationRun, train_text: str, val_text:
 
 
 def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
-             settings: EvaluateParams, device: str | torch.device = "cpu") -> tuple[dict[str, object], list[ResetPoint]]:
-    """All the measures above for `checkpoint`, its model on `device`: the metrics dict and the reset curve."""
+             settings: EvaluateParams, seed: int, device: str | torch.device = "cpu",
+             ) -> tuple[dict[str, object], list[ResetPoint], ContextCurve]:
+    """All the measures above for `checkpoint`, its model on `device`, the context targets drawn
+    from `seed`: the metrics dict, the reset curve and the context curve."""
     tokenizer = checkpoint.tokenizer()
     model = checkpoint.build_model(device)
     train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
     chars = predicted_chars(tokenizer, val_text, val_ids)
-    curve = reset_curve(model, torch.tensor(val_ids, dtype=torch.long), list(settings.reset_every), chars)
+    ids = torch.tensor(val_ids, dtype=torch.long)
+    carried = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
+    curve = reset_curve(model, ids, list(settings.reset_every), chars, carried)
+    token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])
+    context = context_curve(model, ids, carried, token_chars, list(settings.context_lengths), settings.context_targets,
+                            seed, settings.horizon_tolerance)
     floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
     stateless = next((p for p in curve if p.k == 1), None)  # absent if reset_every leaves out 1
     metrics = {
@@ -134,14 +140,13 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
         "stateless_bpc": stateless.bpc if stateless else None,
         "bigram_bpc": floor[2],  # params hold ngram_max_order to at least 2
         "stateless_minus_bigram_bpc": stateless.bpc - floor[2] if stateless else None,
-        "memory_horizon": memory_horizon(curve, settings.horizon_tolerance),
-        "memory_horizon_tolerance": settings.horizon_tolerance,
         "reset_curve_bpc": {p.label: p.bpc for p in curve},
         "reset_curve_nats_per_token": {p.label: p.score.mean for p in curve},
+        **context.as_metrics(),
         "ngram_bpc": {ORDER_NAMES.get(order, f"{order}gram"): bpc for order, bpc in floor.items()},
         "text": generation_statistics(generations, train_text, val_text, settings),
     }
-    return metrics, curve
+    return metrics, curve, context
 
 
 def write_metrics(metrics: dict[str, object], path: str | Path) -> None:
@@ -159,4 +164,15 @@ def write_reset_curve(curve: list[ResetPoint], metrics: dict[str, object], path:
     writer.writerow(["k", "reset_every_k_bpc", *levels])
     for point in curve[:-1]:
         writer.writerow([point.k, point.bpc, *levels.values()])
+    write_text_atomic(path, out.getvalue())
+
+
+def write_context_curve(context: ContextCurve, path: str | Path) -> None:
+    """The context curve as CSV for `dvc plots`: one row per c, with the carried level and the
+    standard error, and the characters the c tokens span on average."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["c", "context_c_bpc", "carried_state_bpc", "standard_error_bpc", "context_chars"])
+    for c, bpc, se, span in zip(context.lengths, context.bpc, context.se_bpc, context.mean_chars):
+        writer.writerow([c, bpc, context.carried_bpc, se, span])
     write_text_atomic(path, out.getvalue())

@@ -157,6 +157,11 @@ class EvaluateParams:
     )
     ngram_max_order: int = _spec(int, "an integer from 2 to 8", lambda v: 2 <= v <= 8)
     ngram_discount: float = open_fraction()
+    context_lengths: tuple[int, ...] = _spec(
+        list, "a non-empty list of positive integers",
+        lambda v: bool(v) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in v),
+    )
+    context_targets: int = positive_int()
     horizon_tolerance: float = positive_float()
 
 

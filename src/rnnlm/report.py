@@ -35,11 +35,18 @@ def _number(value: object, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _tokens(c: int | None) -> str:
+    return "more than the largest c measured" if c is None else f"{c} tokens"
+
+
 def measures_markdown(metrics: dict[str, Any]) -> list[str]:
     """The evaluate stage's numbers as Markdown tables."""
     curve = metrics["reset_curve_bpc"]
     ngrams = metrics["ngram_bpc"]
-    horizon = metrics["memory_horizon"]
+    context = {int(c): v for c, v in metrics["context_curve_bpc"].items()}
+    se = metrics["context_curve_se_bpc"]
+    spans = metrics["context_curve_chars"]
+    horizon, (low, high) = metrics["context_horizon"], metrics["context_horizon_range"]
     lines = [
         "",
         "## What statefulness is worth",
@@ -56,11 +63,24 @@ def measures_markdown(metrics: dict[str, Any]) -> list[str]:
     lines += [f"| {name} count model | {_number(bpc)} |" for name, bpc in ngrams.items() if name != "bigram"]
     lines += [
         "",
-        f"Memory horizon: {'more than the largest k measured' if horizon is None else f'{horizon} tokens'} "
-        f"(the smallest reset interval within {metrics['memory_horizon_tolerance']:.0%} of never resetting). "
         f"Stateless minus bigram: {_number(metrics['stateless_minus_bigram_bpc'])} bits per character.",
         "",
-        "State reset every k tokens:",
+        f"How much context the model uses: {metrics['context_targets']:,} validation targets, each predicted "
+        f"from exactly c preceding tokens (a zero state before them), against the same targets with the state "
+        f"carried through the split ({_number(metrics['context_carried_bpc'])} bits per character). Context "
+        f"horizon, the smallest c within {metrics['context_horizon_tolerance']:.0%} of the carried state: "
+        f"{_tokens(horizon)} (from {_tokens(low)} to {_tokens(high)} within two standard errors).",
+        "",
+        "| c (tokens of context) | " + " | ".join(str(c) for c in context) + " |",
+        "|---|" + "---|" * len(context),
+        "| bits per character | " + " | ".join(_number(v) for v in context.values()) + " |",
+        "| over the carried state | " + " | ".join(
+            f"{v / metrics['context_carried_bpc'] - 1:+.1%}" for v in context.values()) + " |",
+        "| standard error | " + " | ".join(_number(v, 4) for v in se.values()) + " |",
+        "| characters spanned | " + " | ".join(f"{v:.1f}" for v in spans.values()) + " |",
+        "",
+        "State reset every k tokens (what resetting costs: every window pays a warm-up, so this curve "
+        "nears the never-reset level like 1/k whatever the model remembers):",
         "",
         "| k | " + " | ".join(curve) + " |",
         "|---|" + "---|" * len(curve),

@@ -5,7 +5,7 @@
   training sequence length this is the validation loss; with window = k it is the loss of a model
   whose state is reset every k tokens (k = 1: the stateless mode).
 - `streamed_nll(model, tokens)`: the state carried across the whole sequence (never reset),
-  streamed through in chunks: the stateful mode.
+  streamed through in chunks: the stateful mode (`streamed_token_nll`: each token's loss).
 
 Both predict every token after the first exactly once, so their totals compare directly.
 `bits_per_char` puts token-level totals on a per-character scale, so character and SentencePiece
@@ -97,21 +97,27 @@ def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_wind
 
 
 @torch.no_grad()
-def streamed_total(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
-    """Total nats (0-d float64, on the device) of `tokens` with the state carried across all of
-    them: one stream, fed `chunk` tokens at a time."""
+def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
+    """Each predicted token's loss in nats with the state carried across the whole sequence (one
+    stream, fed `chunk` tokens at a time): (len(tokens) - 1,) float32 on the model's device, entry
+    t - 1 for tokens[t]."""
     _check(tokens)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total, state = torch.zeros((), dtype=torch.float64, device=device), None
+    losses, state = [], None
     for start in range(0, tokens.numel() - 1, chunk):
         x = tokens[start : start + chunk][None].to(device)  # (1, c)
         y = tokens[start + 1 : start + chunk + 1][None].to(device)
         logits, state = model(x[:, : y.shape[1]], state)  # (1, c, V)
-        total += _nats(logits, y)
+        losses.append(F.cross_entropy(logits[0].float(), y[0], reduction="none"))
     model.train(was_training)
-    return total
+    return torch.cat(losses)
+
+
+def streamed_total(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
+    """Total nats (0-d float64, on the device) of `tokens` with the state carried across all of them."""
+    return streamed_token_nll(model, tokens, chunk).double().sum()
 
 
 def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:

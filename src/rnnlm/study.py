@@ -133,7 +133,7 @@ def study_rows(records: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
             "stateful_bpc": _column(records, "stateful_bpc"),
             "stateless_bpc": _column(records, "stateless_bpc"),
             "bigram_bpc": _column(records, "bigram_bpc"),
-            "memory_horizon": _column(records, "memory_horizon"),
+            "context_horizon": _column(records, "context_horizon"),
             "known_words_stateless": _column(records, "text.stateless.known_word_share"),
             "known_words_stateful": _column(records, "text.stateful.known_word_share"),
             "repeats_stateless": _column(records, "text.stateless.repeated_4gram_share"),
@@ -195,7 +195,7 @@ def to_markdown(rows: pd.DataFrame) -> str:
         "Built by `python -m rnnlm.study report` from the experiments `dvc exp show` lists.",
         "",
         "| model | tokens | params | steps (scale) | device | train s | val loss | stateful | stateless | bigram | "
-        "horizon | known words | repeated 4-grams | from |",
+        "context horizon | known words | repeated 4-grams | from |",
         "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows.itertuples():
@@ -206,7 +206,7 @@ def to_markdown(rows: pd.DataFrame) -> str:
             f"| {r.model} | {r.tokens} | {_fmt(r.parameters, ',.0f')} | {_fmt(r.steps, ',.0f')} "
             f"({_fmt(r.steps_scale, 'g')}) | {r.device} | {_fmt(r.train_seconds, ',.0f')} | {_fmt(r.val_loss, '.3f')} | "
             f"**{_fmt(r.stateful_bpc, '.3f')}** | {_fmt(r.stateless_bpc, '.3f')} | {_fmt(r.bigram_bpc, '.3f')} | "
-            f"{_fmt(r.memory_horizon, '.0f')} | {_fmt(r.known_words_stateless, '.2f')} / "
+            f"{_fmt(r.context_horizon, '.0f')} | {_fmt(r.known_words_stateless, '.2f')} / "
             f"{_fmt(r.known_words_stateful, '.2f')} | {_fmt(r.repeats_stateless, '.2f')} / "
             f"{_fmt(r.repeats_stateful, '.2f')} | {r.source} |"
         )

@@ -37,7 +37,7 @@ def test_batched_losses_equal_a_loop_over_targets(c):
     batched = context_nll(model, IDS, positions, c, batch_tokens=7 * c)  # several batches
     with torch.no_grad():
         naive = [F.cross_entropy(model(IDS[t - c : t][None])[0][0, -1], IDS[t]) for t in positions.tolist()]
-    torch.testing.assert_close(batched.double(), torch.stack(naive), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(batched, torch.stack(naive), rtol=1e-12, atol=1e-12)
 
 
 def test_carried_losses_equal_a_token_by_token_stream():
@@ -48,7 +48,7 @@ def test_carried_losses_equal_a_token_by_token_stream():
         for t in range(IDS.numel() - 1):
             logits, state = model(IDS[t : t + 1][None], state)
             losses.append(F.cross_entropy(logits[0, -1], IDS[t + 1]))
-    torch.testing.assert_close(carried.double(), torch.stack(losses), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(carried, torch.stack(losses), rtol=1e-12, atol=1e-12)
 
 
 def test_a_fixed_window_model_has_a_horizon_of_exactly_its_window():

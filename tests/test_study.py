@@ -91,3 +91,15 @@ def test_unknown_model_and_bad_scale_are_refused_before_anything_is_queued(tmp_p
     with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
         study.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []
+
+
+def test_context_curves_become_each_runs_excess_over_its_carried_state(tmp_path):
+    records = _records()
+    records["context_carried_bpc"] = "2.0"  # exp_show gives strings for some columns
+    records["context_curve_bpc.1"] = "3.0"
+    records["context_curve_bpc.8"] = "2.02"
+    assert study.context_lengths(records) == [1, 8]
+    rows = study.study_rows(records, ["alpha", "beta"])
+    assert rows.iloc[0]["context_1"] == 0.5 and rows.iloc[0]["context_8"] == pytest.approx(0.01)
+    study.write_figure(rows, tmp_path / "study.png")
+    assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from rnnlm.errors import RnnlmError
 from rnnlm.model import LanguageModel
+from rnnlm.scoring import full_precision
 
 
 class ContextError(RnnlmError):
@@ -90,8 +91,8 @@ def target_positions(n_tokens: int, max_context: int, count: int, seed: int) -> 
 
 @torch.no_grad()
 def context_nll(model: LanguageModel, ids: Tensor, positions: Tensor, c: int, batch_tokens: int = 32768) -> Tensor:
-    """Each target ids[t]'s loss in nats given exactly ids[t-c:t], from a zero state: (N,) float32
-    on the model's device. ids and positions are CPU int64 tensors."""
+    """Each target ids[t]'s loss in nats given exactly ids[t-c:t], from a zero state: (N,) on the
+    model's device (float32 at least). ids and positions are CPU int64 tensors."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -102,7 +103,7 @@ def context_nll(model: LanguageModel, ids: Tensor, positions: Tensor, c: int, ba
         t = positions[start : start + step]
         windows = ids[t[:, None] + offsets].to(device)  # (b, c)
         logits, _ = model(windows)  # (b, c, V)
-        losses.append(F.cross_entropy(logits[:, -1].float(), ids[t].to(device), reduction="none"))
+        losses.append(F.cross_entropy(full_precision(logits[:, -1]), ids[t].to(device), reduction="none"))
     model.train(was_training)
     return torch.cat(losses)
 

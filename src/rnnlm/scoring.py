@@ -61,12 +61,15 @@ def _windows(tokens: Tensor, window: int) -> list[tuple[Tensor, Tensor]]:
     return blocks
 
 
+def full_precision(logits: Tensor) -> Tensor:
+    """Logits in float32 at least (half-precision ones, as under autocast, are upcast; float64 stays)."""
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
 def _nats(logits: Tensor, targets: Tensor) -> Tensor:
     """Summed cross-entropy of logits (..., V) against targets (...): a 0-d float64 tensor on the
     device, so that a scoring loop reads one total at its end instead of waiting on every batch."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()  # under autocast
-    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), reduction="sum").double()
+    return F.cross_entropy(full_precision(logits).flatten(0, -2), targets.flatten(), reduction="sum").double()
 
 
 def _check(tokens: Tensor) -> None:
@@ -99,8 +102,8 @@ def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_wind
 @torch.no_grad()
 def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
     """Each predicted token's loss in nats with the state carried across the whole sequence (one
-    stream, fed `chunk` tokens at a time): (len(tokens) - 1,) float32 on the model's device, entry
-    t - 1 for tokens[t]."""
+    stream, fed `chunk` tokens at a time): (len(tokens) - 1,) on the model's device, in the logits'
+    precision (float32 at least), entry t - 1 for tokens[t]."""
     _check(tokens)
     was_training = model.training
     model.eval()
@@ -110,7 +113,7 @@ def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) 
         x = tokens[start : start + chunk][None].to(device)  # (1, c)
         y = tokens[start + 1 : start + chunk + 1][None].to(device)
         logits, state = model(x[:, : y.shape[1]], state)  # (1, c, V)
-        losses.append(F.cross_entropy(logits[0].float(), y[0], reduction="none"))
+        losses.append(F.cross_entropy(full_precision(logits[0]), y[0], reduction="none"))
     model.train(was_training)
     return torch.cat(losses)
 

@@ -117,6 +117,12 @@ def _column(frame: pd.DataFrame, *names: str) -> pd.Series:
     return pd.Series(math.nan, index=frame.index)
 
 
+def context_lengths(records: pd.DataFrame) -> list[int]:
+    """The context lengths c that any record's context curve has, ascending."""
+    prefix = "context_curve_bpc."
+    return sorted({int(name[len(prefix):]) for name in records.columns if str(name).startswith(prefix)})
+
+
 def study_rows(records: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
     """One row per (model, steps scale) with its newest finished run, plus a 'missing' row for each
     of `models` that has no run at all. Columns are the table's, in order."""
@@ -144,6 +150,10 @@ def study_rows(records: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
     )
     for k in RESET_POINTS:
         frame[f"reset_{k}"] = _column(records, f"reset_curve_bpc.{k}")
+    # The context curve as each run's excess over its carried state, for whatever lengths were measured.
+    carried = pd.to_numeric(_column(records, "context_carried_bpc"), errors="coerce")
+    for c in context_lengths(records):
+        frame[f"context_{c}"] = pd.to_numeric(_column(records, f"context_curve_bpc.{c}"), errors="coerce") / carried - 1
     state = _column(records, "State")
     finished = state.isna() | (state == "Success")
     is_run = frame["stateful_bpc"].notna() & frame["model"].notna() & (_column(records, "rev") != "workspace")
@@ -216,7 +226,8 @@ def to_markdown(rows: pd.DataFrame) -> str:
 
 
 def write_figure(rows: pd.DataFrame, path: Path) -> None:
-    """Left: stateful and stateless bpc per run, the bigram floor marked. Right: reset curves."""
+    """Left: stateful and stateless bpc per run, the bigram floor marked. Middle: reset curves.
+    Right: context curves, as the excess over the carried state (runs that have one)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,7 +235,7 @@ def write_figure(rows: pd.DataFrame, path: Path) -> None:
 
     runs = rows[rows["source"] != MISSING]
     labels = [f"{m}\n×{s:g}" for m, s in zip(runs["model"], runs["steps_scale"])]
-    fig, (bars, curves) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1.3, 1]})
+    fig, (bars, curves, contexts) = plt.subplots(1, 3, figsize=(20, 5.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     x = range(len(runs))
     bars.bar([i - 0.2 for i in x], runs["stateful_bpc"], width=0.4, label="stateful")
     bars.bar([i + 0.2 for i in x], runs["stateless_bpc"], width=0.4, label="stateless")
@@ -240,7 +251,19 @@ def write_figure(rows: pd.DataFrame, path: Path) -> None:
     curves.set_xlabel("state reset every k tokens")
     curves.set_ylabel("bits per character")
     curves.legend(fontsize=6)
-    fig.suptitle("Stateless vs stateful: each model against the bigram floor, and its state-reset curve")
+    lengths = sorted(int(name.split("_")[1]) for name in runs.columns if name.startswith("context_")
+                     and name.split("_")[1].isdigit())
+    for label, (_, r) in zip(labels, runs.iterrows()):
+        values = [100 * r[f"context_{c}"] for c in lengths]
+        if lengths and not all(math.isnan(v) for v in values):
+            contexts.plot(lengths, values, marker="o", ms=3, label=label.replace("\n", " "))
+    contexts.set_xscale("log", base=2)
+    contexts.set_xlabel("tokens of context c (fixed targets, zero state before them)")
+    contexts.set_ylabel("% above the carried state")
+    if contexts.lines:
+        contexts.legend(fontsize=6)
+    fig.suptitle("Stateless vs stateful: each model against the bigram floor, its state-reset curve and its "
+                 "context curve")
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)

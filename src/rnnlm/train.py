@@ -9,6 +9,9 @@ T_max = epochs, cross-entropy, gradient-norm clipping, random windows of the tra
 by a seeded generator. Unlike the study, the validation loss is measured on the whole validation
 split (consecutive windows of the sequence length, each from a zero state) after every epoch.
 
+Each optimizer step is `rnnlm.train_step`'s: it never waits on the device (the losses are read once
+every `train.check_every` steps), and on CUDA it is replayed as one captured CUDA graph.
+
 After each completed epoch the whole run state (weights, optimizer, scheduler, both random
 generators, the history) is written to a resume file; rerunning with the same params and inputs
 continues from there and ends bit-identical (on the CPU) to a run that was never interrupted.

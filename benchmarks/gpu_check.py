@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -105,6 +106,16 @@ def run_speed(models: list[str], repeats: int) -> dict[str, object]:
     return {"matmul_gflops": matmul, "repeats": repeats, "rows": rows, "errors": errors}
 
 
+def stage_commands(model: str) -> list[list[str]]:
+    """The pipeline's stages for `model` as dvc.yaml runs them: script and arguments."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    commands = []
+    for stage in stages.values():
+        words = stage["cmd"].replace("${model}", model).split()
+        commands.append(words[words.index("python") + 1 :])
+    return commands
+
+
 def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None) -> dict[str, object]:
     """The pipeline's stage scripts for `model`, in `work` (a scratch copy of the repository)."""
     env = {**os.environ, "PYTHONPATH": "src", "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
@@ -113,18 +124,8 @@ def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | N
     if steps_scale is not None:
         text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
     params.write_text(text)
-    commands = [
-        ["stages/download.py", "data/raw/tinyshakespeare.txt"],
-        ["stages/prepare.py", "data/raw/tinyshakespeare.txt", "data/prepared"],
-        ["stages/tokenizer.py", "data/prepared/train.txt", "models/tokenizer"],
-        ["stages/train.py", model, "data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume"],
-        ["stages/generate.py", "models/model.pt", "reports/generations.json"],
-        ["stages/evaluate.py", "models/model.pt", "data/prepared", "reports/generations.json", "reports/metrics.json",
-         "reports/plots/reset_curve.csv"],
-        ["stages/report.py", "reports/generations.json", "reports/metrics.json", "reports/generations.md"],
-    ]
     seconds = {}
-    for command in commands:
+    for command in stage_commands(model):
         stage = Path(command[0]).stem
         if stage in ("download", "prepare", "tokenizer") and (work / "data/prepared/train.txt").exists() \
                 and (work / "models/tokenizer").exists():
@@ -265,7 +266,8 @@ def markdown(report: dict[str, object]) -> str:
 
 OUTPUTS = {"train_metrics.json": "reports/train/metrics.json", "epochs.tsv": "reports/train/epochs.tsv",
            "steps.tsv": "reports/train/steps.tsv", "metrics.json": "reports/metrics.json",
-           "reset_curve.csv": "reports/plots/reset_curve.csv", "generations.json": "reports/generations.json",
+           "reset_curve.csv": "reports/plots/reset_curve.csv", "context_curve.csv": "reports/plots/context_curve.csv",
+           "generations.json": "reports/generations.json",
            "generations.md": "reports/generations.md"}
 """What --study keeps of each model's run: archive name -> path in the scratch repository."""
 

@@ -85,3 +85,15 @@ def test_gpu_check_report_names_the_machine_and_every_figure():
                      "| astra_gamma | ours (graph) | 21.20 | 386,126 | 22.40 | 0.88 | 0.0 |", "leviathan failed: `OOM`",
                      "**pipeline failed**"):
         assert expected in text, expected
+
+
+def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import gpu_check
+
+    commands = gpu_check.stage_commands("astra_beta")
+    assert [c[0] for c in commands] == [f"stages/{s}.py" for s in
+                                        ("download", "prepare", "tokenizer", "train", "generate", "evaluate", "report")]
+    assert commands[3][1] == "astra_beta"
+    written = {word for command in commands for word in command}
+    assert set(gpu_check.OUTPUTS.values()) <= written  # every file it keeps is one a stage writes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,4 +97,5 @@ def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
                                         ("download", "prepare", "tokenizer", "train", "generate", "evaluate", "report")]
     assert commands[3][1] == "astra_beta"
     written = {word for command in commands for word in command}
-    assert set(gpu_check.OUTPUTS.values()) <= written  # every file it keeps is one a stage writes
+    for path in gpu_check.OUTPUTS.values():  # every file it keeps is one a stage writes, or writes into
+        assert path in written or str(Path(path).parent) in written, path

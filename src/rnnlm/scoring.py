@@ -118,16 +118,11 @@ def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) 
     return torch.cat(losses)
 
 
-def streamed_total(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
-    """Total nats (0-d float64, on the device) of `tokens` with the state carried across all of them."""
-    return streamed_token_nll(model, tokens, chunk).double().sum()
-
-
 def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:
     """`windowed_total` read back as a Score."""
     return Score(nats=windowed_total(model, tokens, window, batch_windows).item(), tokens=tokens.numel() - 1)
 
 
 def streamed_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Score:
-    """`streamed_total` read back as a Score."""
-    return Score(nats=streamed_total(model, tokens, chunk).item(), tokens=tokens.numel() - 1)
+    """`streamed_token_nll` summed (in float64) and read back as a Score."""
+    return Score(nats=streamed_token_nll(model, tokens, chunk).double().sum().item(), tokens=tokens.numel() - 1)

@@ -48,10 +48,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import speed  # noqa: E402
 
-from rnnlm.checkpoint import load_checkpoint  # noqa: E402
-from rnnlm.corpus import VAL_FILE, read_corpus  # noqa: E402
+from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
+from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
 from rnnlm.device import set_float32_precision  # noqa: E402
-from rnnlm.scoring import windowed_nll  # noqa: E402
+from rnnlm.evaluation.scoring import windowed_nll  # noqa: E402
 
 TARGET_MODELS = ("astra_beta", "astra_gamma", "scribe_gamma", "leviathan")
 

@@ -17,7 +17,7 @@ on the CPU, from the allocator's statistics on CUDA).
 
 Sampling: stateful generation from a one-token prompt, sampling at temperature 1, for the
 character models, in characters per second at batch 1 and at batch 64: ours through
-`rnnlm.sampling.generate` (on the CPU, its compiled loop), the study's cell and PyTorch's layers
+`rnnlm.inference.sampling.generate` (on the CPU, its compiled loop), the study's cell and PyTorch's layers
 through a Python loop of their steps, picking as the study's code does (softmax, then
 `torch.multinomial`). Beside them, "products
 alone": only the matrix products one step of our model cannot avoid (each hidden-side matrix, each
@@ -46,10 +46,10 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from references import StepByStepLM, TorchLM, sample_like_the_study  # noqa: E402
 
-from rnnlm.model import ModelConfig, RecurrentLM, config_from_params, count_parameters  # noqa: E402
+from rnnlm.models.language_model import ModelConfig, RecurrentLM, config_from_params, count_parameters  # noqa: E402
 from rnnlm.params import load_params  # noqa: E402
-from rnnlm.sampling import Decoding, generate, make_generator  # noqa: E402
-from rnnlm.train_step import make_optimizer, make_training_step  # noqa: E402
+from rnnlm.inference.sampling import Decoding, generate, make_generator  # noqa: E402
+from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
 
 CHAR_VOCAB = 65
@@ -149,7 +149,7 @@ def reference_training_step(model: nn.Module, tokens: Tensor, targets: Tensor):
 
 
 def our_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor, device: torch.device, graph: bool):
-    """The library's own training step (`rnnlm.train_step`) on a fresh model, eager or as a CUDA graph."""
+    """The library's own training step (`rnnlm.training.step`) on a fresh model, eager or as a CUDA graph."""
     model = RecurrentLM(config).to(device).train()
     step = make_training_step(model, make_optimizer(model, 1e-3, 0.01, device, graph), 1.0, device, graph)
     return count_parameters(model), lambda: step(tokens, targets)

@@ -7,7 +7,7 @@ tried first and held to the same sha256.
 
 import os
 
-from rnnlm.corpus import MIRROR_ENV, fetch_corpus
+from rnnlm.data.corpus import MIRROR_ENV, fetch_corpus
 from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
 

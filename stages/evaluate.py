@@ -8,13 +8,13 @@ two for `dvc plots`.
 
 from pathlib import Path
 
-from rnnlm.checkpoint import load_checkpoint
-from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.models.checkpoint import load_checkpoint
+from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
-from rnnlm.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
+from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
 from rnnlm.params import load_params
-from rnnlm.generations import read_generations
+from rnnlm.reporting.generation_run import read_generations
 
 
 def main() -> None:

@@ -7,11 +7,11 @@ and both modes, writes the samples to GENERATIONS_JSON (the `report` stage rende
 
 
 from rnnlm.atomic import write_text_atomic
-from rnnlm.checkpoint import load_checkpoint
+from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
-from rnnlm.generations import run_generations
+from rnnlm.reporting.generation_run import run_generations
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ import json
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.errors import RnnlmError, command_args, run_main
-from rnnlm.generations import read_generations
-from rnnlm.report import to_markdown
+from rnnlm.reporting.generation_run import read_generations
+from rnnlm.reporting.generation_markdown import to_markdown
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
 """DVC stage `tokenizer`: train the SentencePiece model on the training split only.
 
 Usage: python stages/tokenizer.py TRAIN_TEXT OUT_DIR
-Writes OUT_DIR/spm.model, which round-trips text exactly (see rnnlm.tokenizers).
+Writes OUT_DIR/spm.model, which round-trips text exactly (see rnnlm.data.tokenizers).
 """
 
 
-from rnnlm.corpus import read_corpus
+from rnnlm.data.corpus import read_corpus
 from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
-from rnnlm.tokenizers import SentencePieceTokenizer, train_sentencepiece, write_sentencepiece
+from rnnlm.data.tokenizers import SentencePieceTokenizer, train_sentencepiece, write_sentencepiece
 
 
 def main() -> None:

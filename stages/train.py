@@ -7,15 +7,15 @@ the state of the last completed epoch while the run is under way (not tracked by
 
 from pathlib import Path
 
-from rnnlm.checkpoint import save_checkpoint
-from rnnlm.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.models.checkpoint import save_checkpoint
+from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import resolve_device
 from rnnlm.errors import command_args, run_main
 from rnnlm.memory import fits_in_memory
 from rnnlm.params import load_params, select_model
-from rnnlm.tokenizers import load_tokenizer
-from rnnlm.train import train
-from rnnlm.train_report import write_training_report
+from rnnlm.data.tokenizers import load_tokenizer
+from rnnlm.training.train import train
+from rnnlm.reporting.training_report import write_training_report
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Without a GPU, Triton's kernels run in its interpreter (numpy), so the tests can hold them to the
-# readable cells; it must be set before `rnnlm.triton_loops` is first imported.
+# readable cells; it must be set before a cell's Triton module is first imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -103,8 +103,8 @@ def save_tiny_checkpoint(path: Path, tokenizer, model_name: str = "astra_alpha",
     """An untrained tiny model for `tokenizer`, saved as a real checkpoint at `path`."""
     import torch
 
-    from rnnlm.checkpoint import Checkpoint, save_checkpoint
-    from rnnlm.model import ModelConfig, RecurrentLM
+    from rnnlm.models.checkpoint import Checkpoint, save_checkpoint
+    from rnnlm.models.language_model import ModelConfig, RecurrentLM
 
     torch.manual_seed(0)
     config = ModelConfig(cell, vocab_size=tokenizer.vocab_size, embd=8, hidden=16, layers=2)
@@ -116,8 +116,8 @@ def save_tiny_checkpoint(path: Path, tokenizer, model_name: str = "astra_alpha",
 
 @pytest.fixture(scope="session")
 def char_checkpoint(tmp_path_factory) -> Path:
-    from rnnlm.corpus import character_vocabulary
-    from rnnlm.tokenizers import CharTokenizer
+    from rnnlm.data.corpus import character_vocabulary
+    from rnnlm.data.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer(character_vocabulary(synthetic_play(20_000)))
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "char.pt", tokenizer)
@@ -126,28 +126,27 @@ def char_checkpoint(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sentencepiece_checkpoint(tmp_path_factory) -> Path:
     from rnnlm.params import TokenizerParams
-    from rnnlm.tokenizers import SentencePieceTokenizer, train_sentencepiece
+    from rnnlm.data.tokenizers import SentencePieceTokenizer, train_sentencepiece
 
     proto = train_sentencepiece(synthetic_play(30_000), TokenizerParams(100, "unigram", 1.0))
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "sp.pt", SentencePieceTokenizer(proto), "scribe_alpha")
 
 
-@pytest.fixture(params=["python", "compiled", "triton"])
-def scan_loops(request, monkeypatch):
-    """Run the test once with each implementation of the per-step loops (training scans, sampling
-    steps, the whole model's step and the generation loop): the Python ones (ATen calls), the
-    compiled C++ ones (what the CPU runs) and the Triton ones (what CUDA runs; here in Triton's
-    interpreter, on CPU tensors). A failed C++ build fails here."""
-    from rnnlm import native, scan_loops, scans, stepping
+@pytest.fixture(params=["python", "cpp", "triton"])
+def backend(request, monkeypatch):
+    """Run the test once with each backend of the per-step loops (training scans, sampling steps, the
+    whole model's step and the generation loop): the Python loops (ATen calls), the compiled C++
+    ones (what the CPU runs) and the Triton ones (what CUDA runs; here in Triton's interpreter, on
+    CPU tensors). The one switch, `rnnlm.backend.backend_for`, answers the parameter for every
+    device. A failed C++ build fails here."""
+    from rnnlm import backend as switch
+    from rnnlm import native
 
-    compiled = native.compiled() if request.param == "compiled" else None
-    assert request.param != "compiled" or compiled is not None, "the C++ code did not build (see the warning above)"
-    loops = compiled or scan_loops
+    if request.param == "cpp":
+        assert native.compiled() is not None, "the C++ code did not build (see the warning above)"
     if request.param == "triton":
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("Triton kernels run on CPU tensors only in its interpreter (tests/test_cuda.py runs them on a GPU)")
-        loops = native.triton_loops()
-        assert loops is not None, "triton is not installed"
-    monkeypatch.setattr(scans, "scan_loops_for", lambda tensor: loops)
-    monkeypatch.setattr(stepping, "compiled_for", lambda tensor: compiled)
-    return loops
+        assert switch.triton_available(), "triton is not installed"
+    monkeypatch.setattr(switch, "backend_for", lambda device: request.param)
+    return request.param

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.cells import LAYERS, GRUCell
+from rnnlm.models.cells import CELLS, LAYERS
+from rnnlm.models.cells.gru import GRUCell
 
 
 
@@ -52,10 +53,10 @@ def _run(layer, fn, x, state, masks):
     return out.detach(), _flat(final).detach(), grads
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+@pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize(("input_size", "hidden_size", "steps", "batch"), [(3, 5, 7, 4), (16, 8, 12, 2), (9, 20, 1, 3)])
 @pytest.mark.parametrize("with_masks", [False, True])
-def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, batch, with_masks, scan_loops):
+def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, batch, with_masks, backend):
     torch.manual_seed(input_size * 100 + hidden_size)
     layer = _randomised(LAYERS[cell](input_size, hidden_size, dropout=0.3)).eval()  # masks only if given
     x = torch.randn(batch, steps, input_size)
@@ -70,8 +71,8 @@ def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, 
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_state_dropout_draws_the_same_masks_in_both_forms(cell, scan_loops):
+@pytest.mark.parametrize("cell", CELLS)
+def test_state_dropout_draws_the_same_masks_in_both_forms(cell, backend):
     layer = _randomised(LAYERS[cell](4, 6, dropout=0.5)).train()
     x = torch.randn(3, 5, 4)
     torch.manual_seed(7)
@@ -141,8 +142,8 @@ def _directional_derivatives(f, inputs, trials=4, eps=1e-6):
     return pairs
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_scan_gradients_match_finite_differences(cell, scan_loops):
+@pytest.mark.parametrize("cell", CELLS)
+def test_scan_gradients_match_finite_differences(cell, backend):
     """The hand-written backward against finite differences, masks included."""
     layer = _randomised(LAYERS[cell](3, 4))
     products = torch.randn(5, 2, layer.cell.gates * 4)
@@ -159,8 +160,8 @@ def test_scan_gradients_match_finite_differences(cell, scan_loops):
         assert analytic == pytest.approx(numeric, rel=1e-6, abs=1e-8)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, scan_loops):
+@pytest.mark.parametrize("cell", CELLS)
+def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, backend):
     layer = _randomised(LAYERS[cell](3, 4))
     x = torch.randn(5, 2, 3, requires_grad=True)
     products = layer.input_products(x)
@@ -172,15 +173,15 @@ def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, scan_loo
         hs.sum().backward()
 
 
-def test_scan_accepts_non_contiguous_products(scan_loops):
+def test_scan_accepts_non_contiguous_products(backend):
     layer = _randomised(LAYERS["gru"](3, 4))
     products = torch.randn(2, 5, 12).transpose(0, 1)  # (T, B, 3H) as a strided view
     expected, _ = layer.scan(products.contiguous())
     torch.testing.assert_close(layer.scan(products)[0], expected, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_float32_layer_matches_float64_reference(cell, scan_loops):
+@pytest.mark.parametrize("cell", CELLS)
+def test_float32_layer_matches_float64_reference(cell, backend):
     """Training runs in float32, where the compiled loops take another (vector-width) code path."""
     layer64 = _randomised(LAYERS[cell](10, 37))  # 37: a vector tail on every width
     layer32 = LAYERS[cell](10, 37).float()
@@ -197,8 +198,8 @@ def test_float32_layer_matches_float64_reference(cell, scan_loops):
         torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
-def test_gradients_when_the_final_state_is_not_used(cell, scan_loops):
+@pytest.mark.parametrize("cell", CELLS)
+def test_gradients_when_the_final_state_is_not_used(cell, backend):
     """Autograd passes no gradient for an unused output (the LSTM's final c here)."""
     layer = _randomised(LAYERS[cell](3, 5))
     x = torch.randn(2, 4, 3)

@@ -7,9 +7,9 @@ import pickle
 import pytest
 import torch
 
-from rnnlm.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from rnnlm.model import ModelConfig, RecurrentLM
-from rnnlm.tokenizers import CharTokenizer
+from rnnlm.models.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.data.tokenizers import CharTokenizer
 
 CONFIG = ModelConfig("lstm", vocab_size=13, embd=6, hidden=8, layers=2, dropout=0.1, layer_norm=True)
 TOKENIZER = CharTokenizer(list("abcdefghijklm"))

@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rnnlm.context import ContextCurve, ContextError, context_curve, context_nll, target_positions
-from rnnlm.model import ModelConfig, RecurrentLM
-from rnnlm.scoring import streamed_token_nll
-from rnnlm.window_mlp import WindowMLP
+from rnnlm.evaluation.context import ContextCurve, ContextError, context_curve, context_nll, target_positions
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.evaluation.scoring import streamed_token_nll
+from rnnlm.models.window_mlp import WindowMLP
 
 IDS = torch.randint(12, (400,), generator=torch.Generator().manual_seed(0))
 

@@ -8,8 +8,8 @@ import urllib.error
 
 import pytest
 
-from rnnlm import corpus
-from rnnlm.corpus import (
+from rnnlm.data import corpus
+from rnnlm.data.corpus import (
     CorpusError,
     character_vocabulary,
     fetch_corpus,

@@ -9,18 +9,18 @@ import copy
 import pytest
 import torch
 
-from rnnlm import native
-from rnnlm.checkpoint import load_checkpoint, save_checkpoint
-from rnnlm.corpus import character_vocabulary, split_corpus
+from rnnlm import backend
+from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
+from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.device import set_float32_precision
-from rnnlm.cells import LAYERS
-from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.models.cells import LAYERS
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
 from rnnlm.params import parse_params
-from rnnlm.sampling import Decoding, generate, make_generator
-from rnnlm.scoring import streamed_nll, windowed_nll
-from rnnlm.tokenizers import CharTokenizer
-from rnnlm.train import train
-from rnnlm.train_step import make_optimizer, make_training_step
+from rnnlm.inference.sampling import Decoding, generate, make_generator
+from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
+from rnnlm.data.tokenizers import CharTokenizer
+from rnnlm.training.train import train
+from rnnlm.training.step import make_optimizer, make_training_step
 from tests.conftest import synthetic_play
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -56,7 +56,7 @@ def _forward_backward(model: RecurrentLM, tokens: torch.Tensor):
 def test_cuda_loops_match_a_float64_cpu_reference(cell, dtype, loops, monkeypatch):
     """Both CUDA loops (Triton-fused, the default; ATen calls, with RNNLM_NATIVE=0): a whole model's
     logits and every gradient against the CPU in float64."""
-    assert native.scan_loops_for(torch.zeros(1, device=CUDA)) is native.triton_loops()
+    assert backend.backend_for(CUDA) == "triton"
     if loops == "aten":
         monkeypatch.setenv("RNNLM_NATIVE", "0")
     torch.manual_seed(0)

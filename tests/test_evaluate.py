@@ -8,14 +8,14 @@ import random
 import pytest
 import torch
 
-from rnnlm.corpus import character_vocabulary, split_corpus
-from rnnlm.context import context_curve
-from rnnlm.evaluate import ngram_floor, predicted_chars, reset_curve
-from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.data.corpus import character_vocabulary, split_corpus
+from rnnlm.evaluation.context import context_curve
+from rnnlm.evaluation.evaluate import ngram_floor, predicted_chars, reset_curve
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
 from rnnlm.params import TokenizerParams, parse_params
-from rnnlm.scoring import streamed_token_nll
-from rnnlm.tokenizers import CharTokenizer, SentencePieceTokenizer, train_sentencepiece
-from rnnlm.train import train
+from rnnlm.evaluation.scoring import streamed_token_nll
+from rnnlm.data.tokenizers import CharTokenizer, SentencePieceTokenizer, train_sentencepiece
+from rnnlm.training.train import train
 from tests.conftest import synthetic_play
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rnnlm.checkpoint import load_checkpoint
-from rnnlm.generations import read_generations, run_generations
-from rnnlm.report import to_markdown
+from rnnlm.models.checkpoint import load_checkpoint
+from rnnlm.reporting.generation_run import read_generations, run_generations
+from rnnlm.reporting.generation_markdown import to_markdown
 from tests.test_report import METRICS, SETTINGS
 
 

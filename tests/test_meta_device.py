@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.context import context_nll, target_positions
+from rnnlm.evaluation.context import context_nll, target_positions
 from rnnlm.errors import RnnlmError
-from rnnlm.evaluate import reset_curve_totals
-from rnnlm.model import ModelConfig, RecurrentLM
-from rnnlm.sampling import Decoding, generate, same_device
-from rnnlm.scoring import streamed_token_nll, windowed_total
-from rnnlm.train_step import EagerStep, LossLog, make_optimizer
+from rnnlm.evaluation.evaluate import reset_curve_totals
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.inference.sampling import Decoding, generate, same_device
+from rnnlm.evaluation.scoring import streamed_token_nll, windowed_total
+from rnnlm.training.step import EagerStep, LossLog, make_optimizer
 
 META = torch.device("meta")
 CONFIGS = [

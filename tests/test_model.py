@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from rnnlm.model import ModelConfig, RecurrentLM, build_model, count_parameters, summary
+from rnnlm.models.language_model import ModelConfig, RecurrentLM, build_model, count_parameters, summary
 from rnnlm.params import load_params
 from tests.conftest import REPO_ROOT
 
@@ -93,7 +93,7 @@ def _readable_forward(model: RecurrentLM, tokens):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
-def test_forward_and_gradients_equal_the_readable_model(config, scan_loops):
+def test_forward_and_gradients_equal_the_readable_model(config, backend):
     """The folded first-layer table and the scans' backward change nothing but rounding."""
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (3, 12))

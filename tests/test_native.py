@@ -1,4 +1,4 @@
-"""Which scan loops run where, and what happens when the C++ build is not possible."""
+"""The backend switch (which loops run where) and the C++ build: its sources, its name, its failure."""
 
 from __future__ import annotations
 
@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rnnlm import native, scan_loops
-
-LOOP_FUNCTIONS = [
-    "gru_forward", "gru_backward", "lstm_forward", "lstm_backward", "rnn_forward", "rnn_backward",
-    "gru_step", "lstm_step", "rnn_step",
-]
+from rnnlm import backend, native
+from rnnlm.models.cells import CELLS
+from rnnlm.models.cells.base import loops_for
 
 
 @pytest.fixture
@@ -25,20 +22,26 @@ def fresh_build_cache():
     native.compiled.cache_clear()
 
 
-def test_cpu_tensors_get_the_compiled_loops_with_the_same_functions():
-    loops = native.scan_loops_for(torch.zeros(1))
-    assert loops is native.compiled() and loops is not scan_loops
-    for name in LOOP_FUNCTIONS:
-        assert callable(getattr(loops, name)) and callable(getattr(scan_loops, name))
+@pytest.mark.parametrize("name", CELLS)
+def test_cpu_tensors_get_every_registered_cells_compiled_loops(name):
+    spec = CELLS[name]
+    assert backend.backend_for(torch.device("cpu")) == "cpp"
+    loops = loops_for(spec, torch.zeros(1))
+    compiled = native.compiled()
+    assert loops == tuple(getattr(compiled, f"{name}_{field}") for field in loops._fields)
+    assert all(callable(f) for f in spec.python_loops)
 
 
 def test_other_devices_get_the_python_loops():
-    assert native.scan_loops_for(torch.zeros(1, device="meta")) is scan_loops
+    assert backend.backend_for(torch.device("meta")) == "python"
+    assert loops_for(CELLS["gru"], torch.zeros(1, device="meta")) is CELLS["gru"].python_loops
+    assert backend.compiled_for(torch.device("meta")) is None
 
 
 def test_rnnlm_native_0_turns_the_compiled_loops_off(monkeypatch):
     monkeypatch.setenv("RNNLM_NATIVE", "0")
-    assert native.scan_loops_for(torch.zeros(1)) is scan_loops
+    assert backend.backend_for(torch.device("cpu")) == "python"
+    assert backend.compiled_for(torch.device("cpu")) is None
 
 
 def test_a_failed_build_warns_once_and_falls_back(monkeypatch, fresh_build_cache):
@@ -47,25 +50,51 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch, fresh_build_cache
     def no_compiler(**kwargs):
         raise RuntimeError("Error building extension: g++ not found\nmore detail")
 
-    monkeypatch.setattr(cpp_extension, "load_inline", no_compiler)
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
     with pytest.warns(UserWarning, match=r"C\+\+ scan loops unavailable, using the Python ones \(Error building extension: g\+\+ not found\)"):
-        assert native.scan_loops_for(torch.zeros(1)) is scan_loops
+        assert backend.backend_for(torch.device("cpu")) == "python"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert native.scan_loops_for(torch.zeros(1)) is scan_loops  # no second warning
+        assert backend.backend_for(torch.device("cpu")) == "python"  # no second warning
 
 
-def test_the_build_is_named_after_its_source_and_flags(monkeypatch, fresh_build_cache):
+def test_the_build_is_named_after_its_sources_and_flags(monkeypatch, fresh_build_cache, tmp_path):
     from torch.utils import cpp_extension
 
-    names = []
-    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: names.append(kwargs["name"]))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
     native.compiled()
     native.compiled.cache_clear()
-    monkeypatch.setattr(native.SOURCES[0].__class__, "read_text", lambda self, encoding=None: "// changed")
+    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: f"// changed {self.name}")
     native.compiled()
+    names = [call["name"] for call in calls]
     assert len(names) == 2 and names[0] != names[1]
-    assert all(name.startswith(f"rnnlm_scan_loops_{native._capability().lower()}_") for name in names)
+    assert all(name.startswith(f"rnnlm_native_{native._capability().lower()}_") for name in names)
+
+
+def test_every_registered_cell_is_a_source_and_the_build_reads_copies_at_a_fixed_place(monkeypatch, fresh_build_cache,
+                                                                                      tmp_path):
+    """Each source is its own translation unit (ninja compiles each alone, so one that does not
+    compile alone fails the build), and each copy of the repository (a DVC experiment's workspace)
+    builds from the same staged paths."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
+    native.compiled()
+    sources = [Path(s) for s in calls[0]["sources"]]
+    assert {path.name for path in sources} >= {spec.cpp_source.name for spec in CELLS.values()}
+    assert all(path.is_relative_to(tmp_path) and path.exists() for path in sources)
+    staged_header = sources[0].parent / "kernels.h"
+    assert staged_header.read_text() == (native.PACKAGE / "models" / "cells" / "kernels.h").read_text()
+
+
+def test_an_unknown_cell_is_refused_by_the_compiled_stepper():
+    compiled = native.compiled()
+    with pytest.raises(RuntimeError, match="unknown cell bogus; the compiled cells are gru, lstm, rnn"):
+        compiled.Stepper("bogus", torch.zeros(3, 3), [], [], [[]], None, None, 0.0, torch.zeros(1, 3), torch.zeros(3))
 
 
 def test_a_contiguity_violation_is_refused_by_the_compiled_loops():
@@ -73,7 +102,6 @@ def test_a_contiguity_violation_is_refused_by_the_compiled_loops():
     products = torch.zeros(2, 3, 6).transpose(0, 1)  # not contiguous: writing in place would be lost
     with pytest.raises(RuntimeError, match="products must be contiguous"):
         loops.rnn_forward(products, torch.zeros(2, 6), torch.zeros(6, 6), torch.zeros(6), None)
-
 
 
 def test_pip_ninja_is_found_when_no_ninja_is_on_path(monkeypatch):

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rnnlm.ngram import NGramModel
+from rnnlm.evaluation.ngram import NGramModel
 
 CORPUS = [0, 1, 0, 1, 0, 2]  # counts: 0 x3, 1 x2, 2 x1; pairs: 01 x2, 10 x2, 02 x1
 

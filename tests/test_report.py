@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rnnlm.params import GenerateParams
-from rnnlm.generations import GenerationRun, Sample
-from rnnlm.report import to_markdown
+from rnnlm.reporting.generation_run import GenerationRun, Sample
+from rnnlm.reporting.generation_markdown import to_markdown
 
 SETTINGS = GenerateParams(prompts=("ROMEO: ", "KING: ", "FIRST CITIZEN: "), max_new_tokens=30, temperature=0.8,
                           top_k=5, top_k_temperature=1.0, top_p=0.9, top_p_temperature=1.0)

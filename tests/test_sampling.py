@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.model import ModelConfig, RecurrentLM
-from rnnlm.sampling import Decoding, SamplingError, generate, make_generator, pick
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.inference.sampling import Decoding, SamplingError, generate, make_generator, pick
 from tests.test_stepping import CONFIGS as STEPPING_CONFIGS
 from tests.test_stepping import _model as stepping_model
 
@@ -40,7 +40,7 @@ def _refeed_reference(model, prompt, decoding, steps, num_samples, seed):
 
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=lambda d: d.strategy)
-def test_stateful_equals_refeeding_the_prefix(model, decoding, scan_loops):
+def test_stateful_equals_refeeding_the_prefix(model, decoding, backend):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     got = generate(model, prompt, mode="stateful", decoding=decoding, max_new_tokens=40, num_samples=3,
                    generator=make_generator(11))
@@ -48,7 +48,7 @@ def test_stateful_equals_refeeding_the_prefix(model, decoding, scan_loops):
 
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=lambda d: d.strategy)
-def test_stateless_ignores_all_but_the_last_prompt_token(model, decoding, scan_loops):
+def test_stateless_ignores_all_but_the_last_prompt_token(model, decoding, backend):
     a = generate(model, [1, 2, 3, 7], mode="stateless", decoding=decoding, max_new_tokens=30, generator=make_generator(5))
     b = generate(model, [9, 9, 7], mode="stateless", decoding=decoding, max_new_tokens=30, generator=make_generator(5))
     c = generate(model, [7], mode="stateless", decoding=decoding, max_new_tokens=30, generator=make_generator(5))
@@ -183,7 +183,8 @@ def _float32_model(config: ModelConfig) -> RecurrentLM:
 
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
-    from rnnlm.stepping import Stepper, flat_state
+    from rnnlm.inference.stepping import Stepper
+    from rnnlm.models.state import entries
 
     stepper = Stepper(_float32_model(config))
     assert stepper.compiled is not None, "the C++ code did not build"
@@ -196,14 +197,15 @@ def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
         python_logits, python_state = python_stepper(tokens, python_state)
         assert torch.equal(logits, python_logits)
         tokens = logits.argmax(-1)
-    assert all(torch.equal(a, b) for a, b in zip(flat_state(state), flat_state(python_state), strict=True))
+    flat, python_flat = [t for s in state for t in entries(s)], [t for s in python_state for t in entries(s)]
+    assert all(torch.equal(a, b) for a, b in zip(flat, python_flat, strict=True))
 
 
 @pytest.mark.parametrize("mode", ["stateful", "stateless"])
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):
-    from rnnlm.sampling import generation_loop
-    from rnnlm.stepping import Stepper
+    from rnnlm.inference.sampling import generation_loop
+    from rnnlm.inference.stepping import Stepper
 
     model = _float32_model(config)
     stepper = Stepper(model)

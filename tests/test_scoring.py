@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rnnlm.scoring import Score, bits_per_char, streamed_nll, windowed_nll
-from rnnlm.model import ModelConfig, RecurrentLM
+from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_nll, windowed_nll
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
 
 
 def _naive(model, tokens, window):

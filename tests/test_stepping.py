@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.model import ModelConfig, RecurrentLM
-from rnnlm.stepping import Stepper
+from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.inference.stepping import Stepper
 
 CONFIGS = [
     ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=3),
@@ -25,7 +25,7 @@ def _model(config: ModelConfig) -> RecurrentLM:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
-def test_steps_equal_the_model_token_by_token(config, scan_loops):
+def test_steps_equal_the_model_token_by_token(config, backend):
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (4, 15))
     state, expected_state = _step_through(Stepper(model), model, tokens, rtol=1e-12, atol=1e-12)
@@ -46,7 +46,7 @@ def _step_through(step, model, tokens, rtol, atol):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
-def test_float32_steps_match_the_float64_model(config, scan_loops):
+def test_float32_steps_match_the_float64_model(config, backend):
     """Sampling runs in float32, where the compiled steps take their vector code path; 37 hidden
     units leave a vector tail at every width."""
     config = ModelConfig(config.cell, config.vocab_size, config.embd, 37, config.layers, layer_norm=config.layer_norm)
@@ -61,7 +61,7 @@ def _as_float32(model: RecurrentLM) -> RecurrentLM:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
-def test_a_step_continues_a_state_made_by_the_model(config, scan_loops):
+def test_a_step_continues_a_state_made_by_the_model(config, backend):
     """Stateful sampling feeds the prompt through the model and continues with steps."""
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (2, 8))
@@ -72,7 +72,7 @@ def test_a_step_continues_a_state_made_by_the_model(config, scan_loops):
     torch.testing.assert_close(logits, full[:, -1], rtol=1e-12, atol=1e-12)
 
 
-def test_no_state_means_zeros_and_batch_one_works(scan_loops):
+def test_no_state_means_zeros_and_batch_one_works(backend):
     model = _model(CONFIGS[1])
     step = Stepper(model)
     token = torch.tensor([3])

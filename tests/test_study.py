@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from rnnlm import study
+from rnnlm import study as study_command
+from rnnlm.reporting import study
 from rnnlm.errors import RnnlmError
 
 CURVE = dict(zip(study.RESET_POINTS, [3.8, 3.4, 3.0, 2.7, 2.6, 2.5, 2.45, 2.42, 2.41, 2.40, 2.40, 2.40]))
@@ -89,7 +90,7 @@ def test_unknown_model_and_bad_scale_are_refused_before_anything_is_queued(tmp_p
     with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
         study.run(["astra_alpha", "nosuch"], 1.0, wait=False, params_path=str(REPO_ROOT / "params.yaml"))
     with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
-        study.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
+        study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []
 
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from rnnlm.ngram import NGramModel
-from rnnlm.textstats import (
+from rnnlm.evaluation.ngram import NGramModel
+from rnnlm.evaluation.textstats import (
     char_loglik,
     distinct,
     known_share,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rnnlm.params import TokenizerParams
-from rnnlm.tokenizers import (
+from rnnlm.data.tokenizers import (
     CharTokenizer,
     SentencePieceTokenizer,
     TokenizerError,
@@ -14,7 +14,7 @@ from rnnlm.tokenizers import (
     train_sentencepiece,
     write_sentencepiece,
 )
-from rnnlm.corpus import character_vocabulary, split_corpus, write_prepared
+from rnnlm.data.corpus import character_vocabulary, split_corpus, write_prepared
 from tests.conftest import synthetic_play
 
 SETTINGS = TokenizerParams(vocab_size=100, model_type="unigram", character_coverage=1.0)

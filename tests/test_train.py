@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.corpus import character_vocabulary, split_corpus
+from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.params import as_dict, parse_params
-from rnnlm.tokenizers import CharTokenizer
+from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.device import DeviceError, resolve_device
-from rnnlm.model import build_model
-from rnnlm.train import ResumeStore, TrainingError, WindowSampler, steps_per_epoch, train
-from rnnlm.train_step import LossLog, NonFiniteLoss
+from rnnlm.models.language_model import build_model
+from rnnlm.training.train import ResumeStore, TrainingError, WindowSampler, steps_per_epoch, train
+from rnnlm.training.step import LossLog, NonFiniteLoss
 from tests.conftest import synthetic_play
 
 TEXT = synthetic_play(12_000)

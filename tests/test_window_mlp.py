@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.model import ModelConfig, build_model, count_parameters, model_from_config
+from rnnlm.models.language_model import ModelConfig, build_model, count_parameters, model_from_config
 from rnnlm.params import load_params
-from rnnlm.window_mlp import WindowMLP
+from rnnlm.models.window_mlp import WindowMLP
 from tests.conftest import REPO_ROOT
 
 
@@ -73,7 +73,7 @@ def test_window_of_one_has_an_empty_state():
 
 
 def test_mlp_samples_in_both_modes():
-    from rnnlm.sampling import Decoding, generate, make_generator
+    from rnnlm.inference.sampling import Decoding, generate, make_generator
 
     model = _mlp()
     for mode in ("stateless", "stateful"):

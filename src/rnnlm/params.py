@@ -25,7 +25,7 @@ from rnnlm.errors import ParamsError
 # Field specifications: the Python type a value must have, a predicate, and the words for it.
 
 
-def _spec(kind: type, expected: str, ok: Callable[[Any], bool] = lambda value: True, **default: Any) -> Any:
+def _spec(kind: type, expected: str | Callable[[], str], ok: Callable[[Any], bool] = lambda value: True, **default: Any) -> Any:
     """A field; with `default=...` it may be left out of params.yaml."""
     return field(metadata={"kind": kind, "expected": expected, "ok": ok}, **default)
 
@@ -57,6 +57,15 @@ def probability_below_one() -> Any:
 def choice(*options: str) -> Any:
     words = ", ".join(repr(o) for o in options)
     return _spec(str, f"one of {words}", lambda v: v in options)
+
+
+def cell_names() -> tuple[str, ...]:
+    """The values of a model's `cell:`: the registered recurrent cells and "mlp". The registry is
+    imported here, not with this module, so that the stages that read only `data:` or `tokenizer:`
+    import no model code (and do not depend on it)."""
+    from rnnlm.models.cells import CELLS
+
+    return (*CELLS, "mlp")
 
 
 def text(expected: str = "a non-empty string", ok: Callable[[Any], bool] = bool) -> Any:
@@ -120,7 +129,8 @@ class ModelParams:
     """One entry of `models:`: architecture and its own optimisation schedule."""
 
     tokens: str = choice("char", "sentencepiece")
-    cell: str = choice("gru", "lstm", "rnn", "mlp")
+    # a registered recurrent cell (rnnlm.models.cells.CELLS), or "mlp", the fixed-window model
+    cell: str = _spec(str, lambda: "one of " + ", ".join(map(repr, cell_names())), lambda v: v in cell_names())
     embd: int = positive_int()
     hidden: int = positive_int()
     layers: int = positive_int()
@@ -215,6 +225,7 @@ def _check_value(path: str, value: Any, meta: Mapping[str, Any]) -> Any:
         value = float(value)
     type_ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if not type_ok or not ok(value):
+        expected = expected() if callable(expected) else expected  # words made when needed (the cell names)
         raise ParamsError(f"{path}: expected {expected}, got {_describe(value)}")
     return tuple(value) if kind is list else value
 

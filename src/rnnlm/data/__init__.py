@@ -1,0 +1,1 @@
+"""The corpus (download, checksum, split, vocabulary) and the two tokenizers (characters, SentencePiece)."""

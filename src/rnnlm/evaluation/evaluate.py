@@ -1,0 +1,178 @@
+"""Measure what statefulness is worth, for one trained checkpoint.
+
+In:  the checkpoint, the train and validation texts, the generation samples, and params `evaluate`.
+Out: a metrics dict (stable keys, written as reports/metrics.json), the state-reset curve rows
+(reports/plots/reset_curve.csv) and the context curve (reports/plots/context_curve.csv).
+
+- The state-reset curve: the validation split scored with the state reset to zero every k tokens,
+  for each k in `evaluate.reset_every` and for "never" (k = 1 is the stateless mode, never the
+  stateful one), in nats per token and bits per character.
+  It measures what resetting costs, not how much context the model uses (every window pays a
+  warm-up, so its distance to never resetting shrinks like 1/k whatever the model remembers).
+- The context curve and its horizon (see rnnlm.evaluation.context): seeded validation targets each predicted
+  from exactly c tokens, against the carried state on the same targets; the horizon is the
+  smallest c within `horizon_tolerance` of it: how much context the model actually uses.
+- The n-gram floor: count models of orders 1 to `ngram_max_order` on the same tokens, fit on the
+  training split (see rnnlm.evaluation.ngram for the smoothing). A stateless model sees one token, as a
+  bigram does, so the bigram is the floor it cannot beat by much.
+- Text statistics of the generated samples per mode, and of the validation split for reference
+  (see rnnlm.evaluation.textstats).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rnnlm.atomic import write_text_atomic
+from rnnlm.models.checkpoint import Checkpoint
+from rnnlm.data.corpus import character_vocabulary
+from rnnlm.evaluation.ngram import NGramModel
+from rnnlm.params import EvaluateParams
+from rnnlm.reporting.generation_run import GenerationRun
+from rnnlm.evaluation.context import ContextCurve, context_curve
+from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_token_nll, windowed_total
+from rnnlm.inference.sampling import MODES
+from rnnlm.evaluation.textstats import text_statistics, word_vocabulary
+from rnnlm.data.tokenizers import Tokenizer
+
+ORDER_NAMES = {1: "unigram", 2: "bigram", 3: "trigram", 4: "4gram", 5: "5gram"}
+
+
+@dataclass(frozen=True)
+class ResetPoint:
+    """The validation score with the state reset every `k` tokens (None: never)."""
+
+    k: int | None
+    score: Score
+    bpc: float
+
+    @property
+    def label(self) -> str:
+        return "never" if self.k is None else str(self.k)
+
+
+def predicted_chars(tokenizer: Tokenizer, text: str, ids: list[int]) -> int:
+    """Characters of `text` covered by the predicted tokens ids[1:] (all but the first token's)."""
+    return len(text) - len(tokenizer.decode(ids[:1]))
+
+
+def reset_curve_totals(model, ids: torch.Tensor, ks: list[int], carried_nll: torch.Tensor) -> torch.Tensor:
+    """Total nats (float64, on the model's device, not read back) with the state reset every k
+    tokens for each k of `ks` (ascending, without repeats), then with it never reset (the sum of
+    carried_nll, each token's loss with the state carried: `streamed_token_nll`)."""
+    return torch.stack([*(windowed_total(model, ids, k) for k in ks), carried_nll.double().sum()])
+
+
+def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int, carried_nll: torch.Tensor) -> list[ResetPoint]:
+    """Scores for each k (ascending), then for never resetting; read back from the device at once."""
+    ks = sorted(set(ks))
+    totals = reset_curve_totals(model, ids, ks, carried_nll).tolist()
+    scores = [Score(nats=nats, tokens=ids.numel() - 1) for nats in totals]
+    return [ResetPoint(k, score, score.bits_per_char(chars)) for k, score in zip([*ks, None], scores)]
+
+
+def ngram_floor(train_ids: list[int], val_ids: list[int], vocab_size: int, settings: EvaluateParams,
+                chars: int) -> dict[int, float]:
+    """Bits per character of the count n-gram models of each order on the validation tokens."""
+    counts = NGramModel(train_ids, settings.ngram_max_order, vocab_size, settings.ngram_discount)
+    return {order: bits_per_char(-counts.log_prob_sequence(val_ids, order=order), chars)
+            for order in range(1, settings.ngram_max_order + 1)}
+
+
+def _validation_pieces(val_text: str, length: int, count: int, context: int) -> list[tuple[str, str]]:
+    """`count` evenly spaced (context, piece) pairs of the validation text, pieces `length` long."""
+    span = len(val_text) - context - length
+    if span < 0:
+        return [("", val_text)]
+    starts = (context + i * span // max(count - 1, 1) for i in range(max(count, 1)))
+    return [(val_text[s - context : s], val_text[s : s + length]) for s in starts]
+
+
+def generation_statistics(generations: GenerationRun, train_text: str, val_text: str,
+                          settings: EvaluateParams) -> dict[str, dict[str, float | None]]:
+    """Text statistics per mode, and of the validation split cut into pieces of the samples' length."""
+    chars = character_vocabulary(train_text + val_text)
+    char_ids = {c: i for i, c in enumerate(chars)}
+    scorer_order = settings.ngram_max_order
+    # one more id than there are characters: any character the corpus lacks (see char_loglik)
+    scorer = NGramModel([char_ids[c] for c in train_text], scorer_order, len(chars) + 1, settings.ngram_discount)
+    vocabulary = word_vocabulary(train_text)
+    result = {}
+    for mode in MODES:
+        samples = [(s.prompt, s.text[len(s.prompt) :]) for s in generations.samples if s.mode == mode]
+        result[mode] = text_statistics(samples, vocabulary, scorer, char_ids)
+    lengths = [len(s.text) - len(s.prompt) for s in generations.samples]
+    reference = _validation_pieces(val_text, round(statistics.fmean(lengths)), len(lengths) // 2, scorer_order - 1)
+    result["validation"] = text_statistics(reference, vocabulary, scorer, char_ids)
+    return result
+
+
+def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
+             settings: EvaluateParams, seed: int, device: str | torch.device = "cpu",
+             ) -> tuple[dict[str, object], list[ResetPoint], ContextCurve]:
+    """All the measures above for `checkpoint`, its model on `device`, the context targets drawn
+    from `seed`: the metrics dict, the reset curve and the context curve."""
+    tokenizer = checkpoint.tokenizer()
+    model = checkpoint.build_model(device)
+    train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
+    chars = predicted_chars(tokenizer, val_text, val_ids)
+    ids = torch.tensor(val_ids, dtype=torch.long)
+    carried = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
+    curve = reset_curve(model, ids, list(settings.reset_every), chars, carried)
+    token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])
+    context = context_curve(model, ids, carried, token_chars, list(settings.context_lengths), settings.context_targets,
+                            seed, settings.horizon_tolerance)
+    floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
+    stateless = next((p for p in curve if p.k == 1), None)  # absent if reset_every leaves out 1
+    metrics = {
+        "model": checkpoint.model_name,
+        "tokens": tokenizer.kind,
+        "val_tokens": len(val_ids) - 1,
+        "val_chars": chars,
+        "stateful_bpc": curve[-1].bpc,
+        "stateless_bpc": stateless.bpc if stateless else None,
+        "bigram_bpc": floor[2],  # params hold ngram_max_order to at least 2
+        "stateless_minus_bigram_bpc": stateless.bpc - floor[2] if stateless else None,
+        "reset_curve_bpc": {p.label: p.bpc for p in curve},
+        "reset_curve_nats_per_token": {p.label: p.score.mean for p in curve},
+        **context.as_metrics(),
+        "ngram_bpc": {ORDER_NAMES.get(order, f"{order}gram"): bpc for order, bpc in floor.items()},
+        "text": generation_statistics(generations, train_text, val_text, settings),
+    }
+    return metrics, curve, context
+
+
+def write_metrics(metrics: dict[str, object], path: str | Path) -> None:
+    """reports/metrics.json: the metrics, keys in a stable order."""
+    write_text_atomic(path, json.dumps(metrics, indent=2) + "\n")
+
+
+def write_reset_curve(curve: list[ResetPoint], metrics: dict[str, object], path: str | Path) -> None:
+    """The curve as CSV for `dvc plots`: one row per k, with the never-reset and n-gram levels as
+    constant columns so that they draw as horizontal lines beside it."""
+    levels = {"never_reset_bpc": metrics["stateful_bpc"],
+              **{f"{name}_bpc": bpc for name, bpc in metrics["ngram_bpc"].items()}}  # type: ignore[union-attr]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["k", "reset_every_k_bpc", *levels])
+    for point in curve[:-1]:
+        writer.writerow([point.k, point.bpc, *levels.values()])
+    write_text_atomic(path, out.getvalue())
+
+
+def write_context_curve(context: ContextCurve, path: str | Path) -> None:
+    """The context curve as CSV for `dvc plots`: one row per c, with the carried level and the
+    standard error, and the characters the c tokens span on average."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["c", "context_c_bpc", "carried_state_bpc", "standard_error_bpc", "context_chars"])
+    for c, bpc, se, span in zip(context.lengths, context.bpc, context.se_bpc, context.mean_chars):
+        writer.writerow([c, bpc, context.carried_bpc, se, span])
+    write_text_atomic(path, out.getvalue())

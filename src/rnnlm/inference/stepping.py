@@ -1,0 +1,96 @@
+"""One-token steps for sampling: a model's weights arranged once, then a few operations per token.
+
+A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
+
+- the embedding and the first layer's input-side matrix are folded into one table (V, G*H), so
+  the first layer's input product is a row lookup;
+- each layer's weights are arranged by its cell's `layer_step` (`rnnlm.models.cells`): transposed
+  views of the model's own weights (no copy: copying Leviathan's 80 MB cost more than 200
+  characters of sampling, and BLAS reads the transposed layout at batch 1 as fast) and every bias
+  of a gate summed into one vector, so each gate product is one `addmm`; its step runs the cell's
+  loops for the device (`rnnlm.backend`);
+- where the "cpp" backend runs, the whole step is one call too: `compiled`, the same step in C++
+  (`inference/generation.cpp`), which `rnnlm.inference.sampling.generate` also runs its loop
+  through; the Python `__call__` is its twin (what CUDA runs), and gives the same logits bit for bit;
+- it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
+
+In:  tokens (B,) int64 and a state in the model's format (`rnnlm.models.state`; None means zeros).
+Out: logits (B, V) and the new state. Same function as `model(tokens[:, None], state)`, to
+rounding; tests hold it to that.
+
+The table and the biases are computed when the stepper is made: make a new one after the weights
+change.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rnnlm import backend
+from rnnlm.models import state as states
+from rnnlm.models.cells import CELLS
+from rnnlm.models.cells.base import LayerStep, loops_for
+from rnnlm.models.language_model import LanguageModel, RecurrentLM
+from rnnlm.models.state import ModelState
+
+
+class Stepper:
+    """A model's one-token step with its weights arranged once; see the module docstring."""
+
+    @torch.inference_mode()
+    def __init__(self, model: RecurrentLM):
+        spec = CELLS[model.config.cell]
+        weights = model.head.weight
+        loops = loops_for(spec, weights)
+        self.layers: list[LayerStep] = [spec.layer_step(layer, i == 0, loops) for i, layer in enumerate(model.layers)]
+        # Row v is token v's input-side products in the first layer, biases included: (V, G*H).
+        self.table = model.first_layer_table() + self.layers[0].bias
+        self.norm = model.norm
+        self.head_t = model.head.weight.T  # (H, V)
+        self.head_bias = model.head.bias.clone()
+        native = backend.compiled_for(weights.device)
+        self.compiled = None if native is None else native.Stepper(
+            spec.name,
+            self.table,
+            [layer.input_t for layer in self.layers[1:]],
+            [layer.bias for layer in self.layers[1:]],
+            [layer.hidden_t for layer in self.layers],
+            None if self.norm is None else self.norm.weight,
+            None if self.norm is None else self.norm.bias,
+            0.0 if self.norm is None else self.norm.eps,
+            self.head_t,
+            self.head_bias,
+        )
+
+    @torch.inference_mode()
+    def __call__(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
+        """tokens (B,) -> logits (B, V), new state (one entry per layer)."""
+        if self.compiled is not None:
+            logits, lists = self.compiled.step(tokens, states.to_lists(state))
+            return logits, states.from_lists(lists)
+        x = None
+        new_state = []
+        for i, layer in enumerate(self.layers):
+            gates_x = self.table[tokens] if i == 0 else layer.gates_x(x)  # (B, G*H)
+            layer_state = layer.step(gates_x, None if state is None else state[i])
+            x = states.hidden(layer_state)  # (B, H)
+            new_state.append(layer_state)
+        if self.norm is not None:
+            x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
+        return torch.addmm(self.head_bias, x, self.head_t), tuple(new_state)
+
+
+def make_step(model: LanguageModel):
+    """A one-token step for any model: a `Stepper` for a recurrent model; for other models (the
+    fixed-window MLP, whose forward is already one product per layer) the model on one token."""
+    if isinstance(model, RecurrentLM):
+        return Stepper(model)
+
+    @torch.inference_mode()
+    def step(tokens: Tensor, state=None):
+        logits, state = model(tokens[:, None], state)
+        return logits[:, 0], state
+
+    return step

@@ -1,0 +1,288 @@
+"""What every recurrent cell shares: its weight layout, its layer over a sequence, the helpers of its
+hand-written backward pass, its one-token step for sampling, and its registry entry.
+
+A cell is a vertical slice in this folder (`gru.py` + `gru.cpp` + `gru_triton.py`, and the same for
+`lstm` and `rnn`): its readable `step`, its per-step loops in Python (forward, backward, one token),
+its `torch.autograd.Function` that assembles the weight gradients, its layer, its sampling step and
+its `CellSpec`; the same loops compiled in C++; the same loops with the elementwise work fused into
+Triton kernels for CUDA. `rnnlm.models.cells.CELLS` registers the specs; everything else (params'
+`cell` choices, the model's layer table, the stepper, the C++ build, the tests) derives from it.
+
+Layer in:  x (B, T, I), state (None means zeros), optional dropout masks (T, B, H).
+Layer out: outputs (B, T, H) (the hidden state of every step) and the final state (see
+`rnnlm.models.state` for its format). Two forms compute the same function:
+
+- `reference_forward`: the cell's readable `step`, one time step after another;
+- `forward` (training, scoring, the prompt of stateful sampling): the input-side products of all
+  time steps in one matrix product (`input_products`), then `scan`: per step only the hidden-side
+  products and the gates, run by the loops that `rnnlm.backend` chooses for the device, with a
+  backward pass written by hand (autograd records none of the per-step work).
+
+How the scans save work: the forward overwrites its input products with the activated gates and
+keeps them for the backward; the backward runs the recurrence in reverse computing only the gate
+gradients and the state gradient per step, writing the gate gradients over the gates (so that array
+becomes the gradient of the input products); then the hidden-side weight gradient is one product
+over all T*B rows and each bias gradient one sum.
+
+Dropout (`drop_state=True`, the study's choice) multiplies each step's new hidden state by a mask, so
+the dropped state is both the step's output and what the next step receives. The masks for a whole
+sequence are drawn up front, so both forms can be given the same ones.
+
+Shapes: T steps, B batch, H hidden units, G gates; scans are time-major.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from rnnlm import backend
+from rnnlm.models import state as states
+from rnnlm.models.state import LayerState
+
+
+def uniform_(tensor: Tensor, fan_in: int) -> None:
+    """nn.Linear's default initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1.0 / math.sqrt(fan_in)
+    nn.init.uniform_(tensor, -bound, bound)
+
+
+class Cell(nn.Module):
+    """Every gate's input-side matrix stacked in `weight_ih` (G*H, I) with its bias `bias_ih` (G*H),
+    the hidden-side matrices stacked in `weight_hh` (G*H, H). Subclasses set `gates` and
+    `state_entries` and write the readable `step(x (B, I), state) -> state`."""
+
+    gates: int
+    state_entries: int = 1
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        rows = self.gates * hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(rows, input_size))
+        self.bias_ih = nn.Parameter(torch.empty(rows))
+        self.weight_hh = nn.Parameter(torch.empty(rows, hidden_size))
+
+    def reset_parameters(self) -> None:
+        uniform_(self.weight_ih, self.input_size)
+        uniform_(self.bias_ih, self.input_size)
+        uniform_(self.weight_hh, self.hidden_size)
+
+    def zero_state(self, batch: int, like: Tensor) -> LayerState:
+        return states.zeros(self.state_entries, batch, self.hidden_size, like)
+
+    def input_bias(self) -> Tensor:
+        """(G*H): every bias of a gate's pre-activation, summed (the GRU folds in its extra r/z biases)."""
+        return self.bias_ih
+
+    def step(self, x: Tensor, state: LayerState) -> LayerState:
+        raise NotImplementedError
+
+
+class RecurrentLayer(nn.Module):
+    """A cell run over a sequence; subclasses set `cell_class` and write `_scan` with their
+    autograd Function."""
+
+    cell_class: type[Cell]
+
+    def __init__(self, input_size: int, hidden_size: int, dropout: float = 0.0, drop_state: bool = True):
+        super().__init__()
+        self.cell = self.cell_class(input_size, hidden_size)
+        self.dropout = dropout
+        self.drop_state = drop_state
+
+    @property
+    def hidden_size(self) -> int:
+        return self.cell.hidden_size
+
+    def dropout_masks(self, steps: int, batch: int, like: Tensor) -> Tensor | None:
+        """Masks (T, B, H) of 0 and 1/keep for state dropout, or None when it is off.
+
+        A unit is kept when a uniform 16-bit integer falls below round(keep * 2^16). The integers
+        are the four 16-bit lanes of 64-bit draws: a quarter of the generator calls of one draw per
+        unit, and drawing is most of a mask's cost. The keep probability is then within 2^-17 of
+        1 - p (0.899994 for p = 0.1), and the scale uses that exact probability, so the expected
+        mask is exactly 1.
+        """
+        if not (self.training and self.drop_state and self.dropout > 0):
+            return None
+        threshold = round((1.0 - self.dropout) * 2**16)
+        units = steps * batch * self.hidden_size
+        words = torch.empty((units + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), 2**63 - 1)
+        draws = words.view(torch.int16)[:units].view(steps, batch, self.hidden_size)  # uniform on [-2^15, 2^15)
+        kept = draws < threshold - 2**15
+        return kept.to(like.dtype).mul_(2**16 / threshold)  # a Python scale: no host-to-device copy
+
+    def _prepare(self, batch: int, steps: int, like: Tensor, state: LayerState | None, masks: Tensor | None):
+        if state is None:
+            state = self.cell.zero_state(batch, like)
+        if masks is None:
+            masks = self.dropout_masks(steps, batch, like)
+        return state, masks
+
+    def reference_forward(
+        self, x: Tensor, state: LayerState | None = None, masks: Tensor | None = None
+    ) -> tuple[Tensor, LayerState]:
+        """The cell's readable `step`, applied one time step after another."""
+        B, T, _ = x.shape
+        state, masks = self._prepare(B, T, x, state, masks)
+        outputs = []
+        for t in range(x.shape[1]):
+            state = self.cell.step(x[:, t], state)
+            if masks is not None:
+                state = states.with_hidden(state, states.hidden(state) * masks[t])
+            outputs.append(states.hidden(state))
+        return torch.stack(outputs, dim=1), state
+
+    def forward(
+        self, x: Tensor, state: LayerState | None = None, masks: Tensor | None = None
+    ) -> tuple[Tensor, LayerState]:
+        """The fast form: x (B, T, I) -> outputs (B, T, H) (a view of time-major memory), final state."""
+        hs, state = self.scan(self.input_products(x.transpose(0, 1)), state, masks)  # (T, B, H)
+        return hs.transpose(0, 1), state
+
+    def input_products(self, x: Tensor) -> Tensor:
+        """x (T, B, I) -> x W_ih^T (T, B, G*H) for every step in one product; the biases come in `scan`."""
+        return torch.matmul(x, self.cell.weight_ih.T)
+
+    def scan(
+        self, products: Tensor, state: LayerState | None = None, masks: Tensor | None = None
+    ) -> tuple[Tensor, LayerState]:
+        """Input products (T, B, G*H) -> the state after every step (T, B, H), and the final state.
+
+        The products are consumed: a contiguous `products` is overwritten with the activated gates
+        (pass a clone to keep it)."""
+        T, B, _ = products.shape
+        state, masks = self._prepare(B, T, products, state, masks)
+        return self._scan(products.contiguous(), state, masks)
+
+    def _scan(self, products: Tensor, state: LayerState, masks: Tensor | None) -> tuple[Tensor, LayerState]:
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------ the loops and the registry
+
+
+class Loops(NamedTuple):
+    """One implementation of a cell's per-step loops; the signatures are the cell's own (see its
+    Python loops, the reference). `forward` overwrites its input products with the activated gates,
+    `backward` overwrites the gates with their gradients, `step` is one token for sampling."""
+
+    forward: Callable
+    backward: Callable
+    step: Callable
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """A cell's registry entry: its name in params.yaml (`cell:`), its layer, its sampling step, its
+    Python loops (the reference, and what runs where nothing compiled does), the module of its
+    Triton loops and the C++ file of its compiled loops (which registers itself under `name`)."""
+
+    name: str
+    layer: type[RecurrentLayer]
+    layer_step: type[LayerStep]
+    python_loops: Loops
+    triton_module: str
+    cpp_source: Path
+
+    @property
+    def state_entries(self) -> int:
+        return self.layer.cell_class.state_entries
+
+
+def loops_for(spec: CellSpec, tensor: Tensor) -> Loops:
+    """The loops of `spec`'s cell that run on `tensor`'s device, as `rnnlm.backend` decides."""
+    return backend.loops(spec, tensor.device)
+
+
+# ------------------------------------------------------------------ helpers of the scans
+
+
+def steps_of(tensor: Tensor | None, T: int) -> tuple[Tensor | None, ...]:
+    """tensor (T, ...) as T views, made once (indexing inside a loop costs a dispatch per step)."""
+    return (None,) * T if tensor is None else tensor.unbind(0)
+
+
+def grad_into_state(grad_step: Tensor, carried: Tensor | None, mask: Tensor | None) -> Tensor:
+    """The gradient w.r.t. a step's new state before its mask: (output gradient + carried) * mask."""
+    grad = grad_step if carried is None else grad_step + carried
+    if mask is not None:
+        grad = grad * mask
+    return grad
+
+
+def state_weight_gradient(grad_gates: Tensor, h0: Tensor, hs: Tensor) -> Tensor:
+    """Sum over steps of grad_gates[t]^T h_prev[t], h_prev = h0, hs[0], ..., hs[T-2]: (G', H).
+    Two products instead of one, so that h0 and hs need not be copied into one array."""
+    T, B, H = hs.shape
+    first = grad_gates[0].T @ h0  # (G', H)
+    if T == 1:
+        return first
+    later = grad_gates[1:].reshape((T - 1) * B, -1)
+    return torch.addmm(first, later.T, hs[:-1].reshape((T - 1) * B, H))
+
+
+def consumed(ctx, products: Tensor) -> Tensor:
+    """Tell autograd that forward wrote the gates over `products` (an input): it is returned as an
+    output, marked dirty so that autograd knows, and not differentiable (its gradient is not used)."""
+    ctx.mark_dirty(products)
+    ctx.mark_non_differentiable(products)
+    ctx.set_materialize_grads(False)  # no zero-filled (T, B, G*H) gradient for the gates output
+    return products
+
+
+def or_zeros(grad: Tensor | None, like: Tensor) -> Tensor:
+    """An output's gradient, or zeros when autograd passes None (that output was not used)."""
+    return torch.zeros_like(like) if grad is None else grad
+
+
+def overwritten(gates: Tensor) -> Tensor:
+    """After a backward wrote the gate gradients over the saved gates: bump their version, so that
+    a second backward through the same graph (retain_graph=True) fails loudly instead of reading
+    gradients as gates."""
+    torch.autograd.graph.increment_version(gates)
+    return gates
+
+
+# ------------------------------------------------------------------ one token, for sampling
+
+
+class LayerStep:
+    """One layer's weights arranged for a single token (see `rnnlm.inference.stepping`).
+
+    `input_t` (I, G*H) is a transposed view of the input-side matrix, None for the first layer
+    (whose input products come from the folded embedding table); `bias` (G*H) every input-side bias;
+    `hidden_t` the hidden-side matrices as transposed views, as the cell's `step` loop takes them.
+    `loops` is the cell's loops for the weights' device."""
+
+    def __init__(self, layer: RecurrentLayer, first: bool, loops: Loops):
+        cell = layer.cell
+        self.hidden_size = layer.hidden_size
+        self.state_entries = cell.state_entries
+        self.input_t = None if first else cell.weight_ih.T  # (I, G*H)
+        self.bias = cell.input_bias().clone()  # (G*H)
+        self.hidden_t = self.arrange_hidden(cell)
+        self.loops = loops
+
+    @staticmethod
+    def arrange_hidden(cell: Cell) -> list[Tensor]:
+        """The hidden-side matrices as the step takes them: one transposed view (H, G*H)."""
+        return [cell.weight_hh.T]
+
+    def gates_x(self, x: Tensor) -> Tensor:
+        """Input-side products (B, G*H), biases included, from the layer below's output x (B, I)."""
+        return torch.addmm(self.bias, x, self.input_t)
+
+    def step(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
+        """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""
+        if state is None:
+            state = states.zeros(self.state_entries, gates_x.shape[0], self.hidden_size, gates_x)
+        new = self.loops.step(gates_x, *states.entries(state), *self.hidden_t)  # h, or (h, c)
+        return new if isinstance(new, Tensor) else tuple(new)

@@ -1,0 +1,155 @@
+// What the cells' compiled loops share (gru.cpp, lstm.cpp, rnn.cpp beside this file, and
+// rnnlm/inference/generation.cpp): vectorised row helpers, the hidden-side product, and the registry
+// through which each cell's file makes its loops known by name.
+//
+// Each cell's file has the same inputs, outputs and maths as its Python loops (tests hold the two to
+// each other and to the cell's readable step). Like them, a forward overwrites its input products
+// with the activated gates and a backward overwrites those with the gates' gradients: each
+// (T, B, G*H) array is written once, in memory that is already mapped and warm. What changes:
+// - each step's elementwise work is one pass over the step's rows (where the Python loop makes five
+//   to ten ATen calls), with ATen's vectorised exp/tanh (at::vec::Vectorized, the code behind
+//   torch.sigmoid and torch.tanh) and at::parallel_for over the batch rows;
+// - the hidden-side products, one matrix used at all T steps, go through MKL's packed GEMM for
+//   float32 when the sequence is long enough (StepProduct).
+//
+// Shapes: T steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
+
+#pragma once
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace rnnlm {
+
+using at::Tensor;
+template <typename scalar_t>
+using Vec = at::vec::Vectorized<scalar_t>;
+
+// A batch row per task; a chunk of rows runs on one thread when a step has enough work to share.
+constexpr int64_t kElementsPerTask = 16384;
+
+template <typename F>
+void for_rows(int64_t rows, int64_t row_width, const F& body) {
+  const int64_t grain = std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, row_width));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) body(b);
+  });
+}
+
+// body(j, count) over [0, n) in vector-sized pieces; the last piece may be shorter.
+template <typename scalar_t, typename F>
+inline void for_lanes(int64_t n, const F& body) {
+  constexpr int64_t width = Vec<scalar_t>::size();
+  int64_t j = 0;
+  for (; j + width <= n; j += width) body(j, width);
+  if (j < n) body(j, n - j);
+}
+
+template <typename scalar_t>
+inline Vec<scalar_t> load(const scalar_t* p, int64_t count) {
+  return count == Vec<scalar_t>::size() ? Vec<scalar_t>::loadu(p) : Vec<scalar_t>::loadu(p, count);
+}
+
+template <typename scalar_t>
+inline void store(const Vec<scalar_t>& v, scalar_t* p, int64_t count) {
+  if (count == Vec<scalar_t>::size()) {
+    v.store(p);
+  } else {
+    v.store(p, count);
+  }
+}
+
+template <typename scalar_t>
+inline Vec<scalar_t> sigmoid(const Vec<scalar_t>& x) {
+  const Vec<scalar_t> one(1);
+  return one / (one + x.neg().exp());
+}
+
+// mask (T, B, H) at step t, row b, or nullptr.
+template <typename scalar_t>
+inline const scalar_t* mask_row(const std::optional<Tensor>& masks, int64_t t, int64_t b, int64_t B, int64_t H) {
+  return masks ? masks->data_ptr<scalar_t>() + (t * B + b) * H : nullptr;
+}
+
+inline std::optional<Tensor> contiguous(const std::optional<Tensor>& t) {
+  return t ? std::optional<Tensor>(t->contiguous()) : std::nullopt;
+}
+
+// The arrays written in place must be contiguous: a copy would leave the caller's tensor unchanged.
+inline void check_in_place(const Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous: it is overwritten in place");
+}
+
+// The pre-activation lanes j..j+n of one row: x + bias + hidden (bias is null when the input
+// products already carry the biases, as in the sampling step).
+template <typename scalar_t>
+inline Vec<scalar_t> pre_activation(const scalar_t* x, const scalar_t* bias, const scalar_t* hidden, int64_t j, int64_t n) {
+  auto pre = load(x + j, n);
+  if (bias) pre = pre + load(bias + j, n);
+  return pre + load(hidden + j, n);
+}
+
+// The gradient w.r.t. a step's new state before its mask, lanes j..j+n of one row:
+// (output gradient + gradient carried from the next step) * mask (mask may be null).
+template <typename scalar_t>
+inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* carried, const scalar_t* mask, int64_t j, int64_t n) {
+  auto grad = load(grad_out + j, n) + load(carried + j, n);
+  return mask ? grad * load(mask + j, n) : grad;
+}
+
+// ---------------------------------------------------------------- products
+
+// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32 with
+// MKL and a sequence long enough to repay it, W is reordered once into MKL's packed layout (about
+// the cost of two products; PyTorch's own op for frozen nn.Linear layers on x86) and each product
+// reuses it; otherwise (float64, builds without MKL, a prompt of a few tokens, a one-token window of
+// the evaluation) a plain at::mm on W as it is.
+class StepProduct {
+ public:
+  static constexpr int64_t kMinStepsToPack = 4;
+
+  StepProduct(const Tensor& weight, int64_t batch, int64_t steps);
+  Tensor operator()(const Tensor& x) const;
+
+ private:
+  Tensor weight_, packed_;
+  int64_t batch_;
+};
+
+// ---------------------------------------------------------------- the registry of cells
+
+// One layer's one-token step, for the sampling loop: gates_x (B, G*H) the input-side products with
+// every bias added, the layer's state entries (h, or h and c; empty means zeros), the hidden-side
+// matrices as transposed (H, G*H) views -> the new state entries.
+using LayerStep = std::vector<Tensor> (*)(const Tensor& gates_x, const std::vector<Tensor>& state,
+                                          const std::vector<Tensor>& hidden_t);
+
+// Gives the cell's loops their Python names (NAME_forward, NAME_backward, NAME_step).
+using Bind = void (*)(pybind11::module_& m);
+
+struct CellKernels {
+  LayerStep step;
+  Bind bind;
+};
+
+// Every cell registered so far, by its name in params.yaml.
+std::map<std::string, CellKernels>& cell_registry();
+
+// The cell `name`'s kernels; an unknown name is an error naming the registered ones.
+const CellKernels& find_cell(const std::string& name);
+
+// A cell's file defines one of these at namespace scope: its kernels join the registry when the
+// library loads, so nothing outside the cell's file names it.
+struct RegisterCell {
+  RegisterCell(const std::string& name, CellKernels kernels) { cell_registry().emplace(name, kernels); }
+};
+
+}  // namespace rnnlm

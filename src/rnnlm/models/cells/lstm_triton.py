@@ -1,0 +1,102 @@
+"""The LSTM's per-step loops for CUDA: 1 product and 1 fused kernel per step each way.
+See `triton_common` for the contract.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from rnnlm.models.cells import lstm
+from rnnlm.models.cells.base import Loops
+from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
+
+# --- LSTM: gates i, f, o, g ------------------------------------------------------------------------
+
+
+@triton.jit
+def _lstm_forward(gates, bias, c_prev, mask, c_new, h_new, n, H: tl.constexpr, HAS_MASK: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """gates holds x W_ih^T + h W_hh^T: add the biases, activate (i, f, o sigmoid; g tanh), write them
+    over it; c_new = f c + i g; h_new = o tanh(c_new) * mask."""
+    u, b, j, ok = _unit(n, H, BLOCK)
+    row = gates + b * (4 * H) + j
+    i = tl.sigmoid(tl.load(row, mask=ok) + tl.load(bias + j, mask=ok))
+    f = tl.sigmoid(tl.load(row + H, mask=ok) + tl.load(bias + H + j, mask=ok))
+    o = tl.sigmoid(tl.load(row + 2 * H, mask=ok) + tl.load(bias + 2 * H + j, mask=ok))
+    g = _tanh(tl.load(row + 3 * H, mask=ok) + tl.load(bias + 3 * H + j, mask=ok))
+    tl.store(row, i, mask=ok)
+    tl.store(row + H, f, mask=ok)
+    tl.store(row + 2 * H, o, mask=ok)
+    tl.store(row + 3 * H, g, mask=ok)
+    c = f * tl.load(c_prev + u, mask=ok) + i * g
+    tl.store(c_new + u, c, mask=ok)
+    h = o * _tanh(c)
+    if HAS_MASK:
+        h = h * tl.load(mask + u, mask=ok)
+    tl.store(h_new + u, h, mask=ok)
+
+
+@triton.jit
+def _lstm_backward(gates, grad_out, carried, mask, c, c_prev, grad_c, n, H: tl.constexpr, HAS_CARRY: tl.constexpr,
+                   HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
+    """From the gradient w.r.t. the new h ((grad_out + carried) * mask) and grad_c (w.r.t. the new c):
+    writes the four gates' pre-activation gradients over the gates and grad_c w.r.t. c_prev over grad_c."""
+    u, b, j, ok = _unit(n, H, BLOCK)
+    row = gates + b * (4 * H) + j
+    grad = tl.load(grad_out + u, mask=ok)
+    if HAS_CARRY:
+        grad = grad + tl.load(carried + u, mask=ok)
+    if HAS_MASK:
+        grad = grad * tl.load(mask + u, mask=ok)
+    i = tl.load(row, mask=ok)
+    f = tl.load(row + H, mask=ok)
+    o = tl.load(row + 2 * H, mask=ok)
+    g = tl.load(row + 3 * H, mask=ok)
+    tanh_c = _tanh(tl.load(c + u, mask=ok))
+    gc = tl.load(grad_c + u, mask=ok) + grad * o * (1.0 - tanh_c * tanh_c)
+    tl.store(row, gc * g * i * (1.0 - i), mask=ok)
+    tl.store(row + H, gc * tl.load(c_prev + u, mask=ok) * f * (1.0 - f), mask=ok)
+    tl.store(row + 2 * H, grad * tanh_c * o * (1.0 - o), mask=ok)
+    tl.store(row + 3 * H, gc * i * (1.0 - g * g), mask=ok)
+    tl.store(grad_c + u, gc * f, mask=ok)
+
+
+def forward(products, h0, c0, weight_hh, bias_ih, masks):
+    """products (T, B, 4H), overwritten with the activated gates (i, f, o sigmoid; g tanh); h0, c0 (B, H),
+    weight_hh (4H, H), bias_ih (4H), masks? -> hs (T, B, H), cs (T, B, H)."""
+    T, B, _ = products.shape
+    H = h0.shape[1]
+    n = B * H
+    hh_t = weight_hh.T
+    hs, cs = products.new_empty(T, B, H), products.new_empty(T, B, H)
+    h, c = h0.contiguous(), c0.contiguous()
+    for gates, c_new, h_new, mask in zip(products.unbind(0), cs.unbind(0), hs.unbind(0), _masks(masks, T)):
+        gates.addmm_(h, hh_t)
+        _lstm_forward[_grid(n)](gates, bias_ih, c, mask if mask is not None else c, c_new, h_new, n, H=H,
+                                HAS_MASK=mask is not None, BLOCK=BLOCK)
+        h, c = h_new, c_new
+    return hs, cs
+
+
+def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
+    """grad_hs (T, B, H), grad_c_last (B, H) and what `forward` saved; gates is overwritten with
+    their gradients w.r.t. the pre-activations -> grad_h0, grad_c0 (B, H)."""
+    T, B, H = cs.shape
+    n = B * H
+    grad_hs = grad_hs.contiguous()
+    c_prev, grad_out, mask = (c0.contiguous(), *cs[:-1].unbind(0)), grad_hs.unbind(0), _masks(masks, T)
+    grad_c = grad_c_last.clone(memory_format=torch.contiguous_format)
+    carried = None
+    grad_h = torch.empty_like(grad_c)
+    for t in range(T - 1, -1, -1):
+        _lstm_backward[_grid(n)](gates[t], grad_out[t], carried if carried is not None else grad_c,
+                                 mask[t] if mask[t] is not None else grad_c, cs[t], c_prev[t], grad_c, n, H=H,
+                                 HAS_CARRY=carried is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
+        carried = torch.mm(gates[t], weight_hh, out=grad_h)  # (B, H)
+    return carried, grad_c
+
+
+LOOPS = Loops(forward, backward, lstm.step)
+"""The LSTM's loops on CUDA; the one-token step is the Python one (a few cuBLAS calls)."""

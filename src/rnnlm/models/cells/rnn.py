@@ -1,0 +1,127 @@
+"""The plain (Elman) tanh RNN, the recurrent baseline, one slice: readable cell, Python loops,
+gradient assembly, layer. Compiled loops in `rnn.cpp`, Triton loops in `rnn_triton.py`; tests hold
+all three to `RNNCell.step` in float64 (see `base` for what the loops do and why).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from rnnlm.models.cells.base import (
+    Cell,
+    CellSpec,
+    LayerStep,
+    Loops,
+    RecurrentLayer,
+    consumed,
+    grad_into_state,
+    loops_for,
+    or_zeros,
+    overwritten,
+    state_weight_gradient,
+    steps_of,
+)
+
+_tanh_backward = torch.ops.aten.tanh_backward.grad_input  # (grad, y, *, grad_input=out): grad * (1 - y * y)
+
+
+class RNNCell(Cell):
+    """h' = tanh(W_x x + b + W_h h). Parameters: I*H + H + H*H."""
+
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(input_size, hidden_size)
+        self.reset_parameters()
+
+    def step(self, x: Tensor, h: Tensor) -> Tensor:
+        """One step. x (B, I), h (B, H) -> h' (B, H)."""
+        return torch.tanh(x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T)
+
+
+# ------------------------------------------------------------------ Python loops (the reference)
+
+
+def forward(products, h0, weight_hh, bias_ih, masks):
+    """products (T, B, H), overwritten with the activations tanh(...); h0 (B, H), weight_hh (H, H),
+    bias_ih (H), masks? -> hs (T, B, H), the activations times the masks."""
+    T = products.shape[0]
+    activations = products
+    hs = torch.empty_like(activations)
+    hh_t = weight_hh.T
+    h = h0
+    for a, h_new, mask in zip(activations.unbind(0), hs.unbind(0), steps_of(masks, T)):
+        a.add_(bias_ih).addmm_(h, hh_t).tanh_()
+        h = torch.mul(a, mask, out=h_new) if mask is not None else h_new.copy_(a)
+    return hs
+
+
+def backward(grad_hs, weight_hh, activations, masks):
+    """grad_hs (T, B, H) and what `forward` saved; activations is overwritten with the gradient
+    w.r.t. the pre-activations -> grad_h0 (B, H)."""
+    T = activations.shape[0]
+    grad_pre = activations
+    a, grad_a, grad_out, mask = activations.unbind(0), grad_pre.unbind(0), grad_hs.unbind(0), steps_of(masks, T)
+    grad_h = None
+    for t in range(T - 1, -1, -1):
+        grad = grad_into_state(grad_out[t], grad_h, mask[t])
+        grad_h = _tanh_backward(grad, a[t], grad_input=grad_a[t]) @ weight_hh
+    return grad_h
+
+
+def step(gates_x, h, hh_t):
+    """One token: gates_x (B, H) with the bias added, h (B, H), hh_t (H, H) -> the new h (B, H)."""
+    return torch.addmm(gates_x, h, hh_t).tanh_()
+
+
+# ------------------------------------------------------------------ gradient assembly and layer
+
+
+class RNNScan(torch.autograd.Function):
+    """The tanh RNN over T steps.
+
+    In:  products (T, B, H) = x W_ih^T, contiguous, consumed (overwritten with the activations);
+         h0 (B, H); weight_hh (H, H); bias_ih (H); masks or None.
+    Out: hs (T, B, H), the state after every step, and the activations (not differentiable).
+    """
+
+    @staticmethod
+    def forward(ctx, products, h0, weight_hh, bias_ih, masks):
+        hs = loops_for(SPEC, products).forward(products, h0, weight_hh, bias_ih, masks)
+        activations = consumed(ctx, products)
+        ctx.save_for_backward(h0, weight_hh, activations, hs, masks)
+        return hs, activations
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_hs, _):
+        h0, weight_hh, activations, hs, masks = ctx.saved_tensors
+        grad_hs = or_zeros(grad_hs, hs)
+        grad_h0 = loops_for(SPEC, hs).backward(grad_hs, weight_hh, activations, masks)
+        grad_pre = overwritten(activations)
+        grad_weight_hh = state_weight_gradient(grad_pre, h0, hs)
+        return grad_pre, grad_h0, grad_weight_hh, grad_pre.sum((0, 1)), None
+
+
+class RNNLayer(RecurrentLayer):
+    """The tanh RNN over a sequence."""
+
+    cell_class = RNNCell
+
+    def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
+        hs, _ = RNNScan.apply(products, h, self.cell.weight_hh, self.cell.bias_ih, masks)
+        return hs, hs[-1]
+
+
+SPEC = CellSpec(
+    name="rnn",
+    layer=RNNLayer,
+    layer_step=LayerStep,
+    python_loops=Loops(forward, backward, step),
+    triton_module="rnnlm.models.cells.rnn_triton",
+    cpp_source=Path(__file__).with_suffix(".cpp"),
+)

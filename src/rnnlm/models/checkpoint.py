@@ -1,0 +1,143 @@
+"""Save and load checkpoints: plain dicts of tensors and primitives, loaded with weights_only=True.
+
+A checkpoint holds the weights, the model config, the model's name, the tokenizer itself (its
+characters or its SentencePiece model, so a checkpoint is all that sampling needs), the params it
+was trained with, the step and epoch, and the optimizer state. Never a pickled module.
+Loading checks that the file is an rnnlm checkpoint, and (when asked) that it was trained with the
+given tokenizer and is the given model; each failure is one clear `CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rnnlm.atomic import write_bytes_atomic
+from rnnlm.errors import RnnlmError
+from rnnlm.models.language_model import LanguageModel, ModelConfig, model_from_config
+from rnnlm.data.tokenizers import Tokenizer, tokenizer_from_state
+
+FORMAT = "rnnlm-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(RnnlmError):
+    """A checkpoint that is missing, unreadable, foreign, or does not fit what it is loaded for."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The contents of a checkpoint file."""
+
+    model_name: str
+    model_config: ModelConfig
+    model_state: dict[str, torch.Tensor]
+    tokenizer_state: dict[str, Any]
+    params: dict[str, Any]
+    step: int
+    epoch: int
+    optimizer_state: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the model was trained with."""
+        return tokenizer_from_state(self.tokenizer_state)
+
+    def build_model(self, device: str | torch.device = "cpu") -> LanguageModel:
+        """A model with this checkpoint's architecture and weights, in eval mode, on `device`."""
+        model = model_from_config(self.model_config)
+        try:
+            model.load_state_dict(self.model_state)
+        except RuntimeError as error:
+            first = str(error).splitlines()[0]
+            raise CheckpointError(f"weights do not fit the recorded model config: {first}") from error
+        return model.to(device).eval()
+
+
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
+    """Write `checkpoint` to `path` atomically; the same contents always give the same bytes."""
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model_name": checkpoint.model_name,
+        "model_config": checkpoint.model_config.to_dict(),
+        "model_state": checkpoint.model_state,
+        "tokenizer_state": dict(checkpoint.tokenizer_state),
+        "params": checkpoint.params,
+        "step": checkpoint.step,
+        "epoch": checkpoint.epoch,
+        "optimizer_state": checkpoint.optimizer_state,
+        "extra": checkpoint.extra,
+    }
+    # torch.save names the archive inside the file after the file, and the temporary file has a
+    # random name: serialising to memory first keeps equal checkpoints byte-identical.
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    tokenizer: dict[str, Any] | None = None,
+    model_name: str | None = None,
+    map_location: str | torch.device = "cpu",
+) -> Checkpoint:
+    """Read the checkpoint at `path` (weights_only=True).
+
+    `tokenizer`: an identity (`Tokenizer.identity`) the checkpoint's tokenizer must have.
+    `model_name`: the name of the model it must be a checkpoint of.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is another format
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (not a complete PyTorch archive: truncated, or another "
+                              f"format; expected a file that the train stage wrote)")
+    try:
+        raw = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch.load fails on damaged or foreign archives in many ways
+        # PyTorch's own message may advise loading with weights_only=False, which can run arbitrary
+        # code: it is not repeated here.
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (a PyTorch archive that cannot be read as plain "
+                              f"tensors: damaged, or written by other code)") from error
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (no '{FORMAT}' marker)")
+    if raw.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {raw.get('version')!r}; this code reads version {VERSION}")
+    try:
+        checkpoint = Checkpoint(
+            model_name=raw["model_name"],
+            model_config=ModelConfig.from_dict(raw["model_config"]),
+            model_state=raw["model_state"],
+            tokenizer_state=raw["tokenizer_state"],
+            params=raw["params"],
+            step=raw["step"],
+            epoch=raw["epoch"],
+            optimizer_state=raw["optimizer_state"],
+            extra=raw["extra"],
+        )
+    except (KeyError, RnnlmError) as error:
+        raise CheckpointError(f"{path}: incomplete checkpoint ({error})") from error
+    if model_name is not None and checkpoint.model_name != model_name:
+        raise CheckpointError(
+            f"{path}: a checkpoint of model {checkpoint.model_name!r}, expected {model_name!r}"
+        )
+    try:
+        recorded = checkpoint.tokenizer().identity
+    except RnnlmError as error:
+        raise CheckpointError(f"{path}: its tokenizer cannot be rebuilt ({error})") from error
+    if tokenizer is not None and recorded != dict(tokenizer):
+        raise CheckpointError(
+            f"{path}: trained with tokenizer {_describe(recorded)}, but the tokenizer at hand is {_describe(tokenizer)}"
+        )
+    return checkpoint
+
+
+def _describe(identity: dict[str, Any]) -> str:
+    return f"{identity.get('kind')}/{identity.get('vocab_size')}/sha256:{str(identity.get('sha256'))[:12]}"

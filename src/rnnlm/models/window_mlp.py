@@ -1,0 +1,56 @@
+"""A Bengio-style fixed-window MLP language model (Bengio et al., 2003), the non-recurrent baseline.
+
+The next token is predicted from the embeddings of the last `window` tokens, concatenated and
+passed through tanh hidden layers to a linear output:
+
+    x = [e(t - window + 1); ...; e(t)]      h = tanh(W_1 x + b_1) (, more hidden layers)
+    logits = U h + b
+
+(Bengio's direct input-to-output connections are left out.) Positions before the start of the
+text are filled with a learned padding embedding, one extra row of the embedding table.
+
+Same interface as the recurrent models: `forward(tokens (B, T), state=None) -> (logits (B, T, V),
+state)`. The state is the model's window: the last `window - 1` tokens seen, (B, window - 1) int64;
+None means padding only. So the two inference modes mean here what they mean for a GRU:
+stateless (state reset every step) sees a window of one token, stateful sees the full window.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from rnnlm.models.language_model import ModelConfig
+
+
+class WindowMLP(nn.Module):
+    """Embedding of a window of tokens -> tanh hidden layers (dropout between) -> Linear."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.window = config.window
+        self.pad = config.vocab_size  # the id of the padding embedding
+        self.embedding = nn.Embedding(config.vocab_size + 1, config.embd)
+        widths = [config.window * config.embd] + [config.hidden] * config.layers
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.hidden, config.vocab_size)
+
+    def zero_state(self, batch: int, like: Tensor) -> Tensor:
+        """A window of padding only: (B, window - 1)."""
+        return like.new_full((batch, self.window - 1), self.pad)
+
+    def forward(self, tokens: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """tokens (B, T) int64, state (B, window - 1) or None -> logits (B, T, V), new state."""
+        if state is None:
+            state = self.zero_state(tokens.shape[0], tokens)
+        context = torch.cat([state, tokens], dim=1)  # (B, window - 1 + T)
+        windows = context.unfold(1, self.window, 1)  # (B, T, window): tokens t - window + 1 .. t
+        x = self.embedding(windows).flatten(2)  # (B, T, window * E)
+        for layer in self.layers:
+            x = self.dropout(torch.tanh(layer(x)))  # (B, T, hidden)
+        return self.head(x), context[:, context.shape[1] - (self.window - 1) :]

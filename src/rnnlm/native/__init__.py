@@ -1,0 +1,115 @@
+"""The compiled C++ code, built on first use with PyTorch's own extension builder.
+
+Its sources are real translation units, each compiling on its own against one shared header
+(`models/cells/kernels.h`): `models/cells/kernels.cpp` (the hidden-side product, the registry of
+cells), one file per registered cell (`CELLS[name].cpp_source`, which registers its loops under its
+name), `inference/generation.cpp` (a whole model's step, the choice of the next token and the
+generation loop, dispatching each layer to its cell through the registry) and `bindings.cpp` here
+(the Python names). `compiled()` builds or loads them once per process; which loops run where is
+decided in `rnnlm.backend`, not here.
+
+The first call compiles with the machine's C++ compiler and ninja (about a minute on two cores) into
+PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`); later processes
+load the cached library in milliseconds. Build flags follow the vector instructions PyTorch itself
+uses on this CPU (`torch.backends.cpu.get_cpu_capability()`). The library is named after a digest
+of the sources and header, those flags and the PyTorch it is built against, so every copy of the
+repository with the same source (a DVC experiment's temporary workspace, a test's scratch
+repository) loads the same build instead of compiling its own, a changed source never loads a stale
+one, and two environments (two virtual environments, say) keep a build each. If the build fails (no
+compiler, say), one warning says why and the Python loops run: slower, the same numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import warnings
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+PACKAGE = Path(__file__).parents[1]
+HEADERS = [PACKAGE / "models" / "cells" / "kernels.h"]
+
+
+def sources() -> list[Path]:
+    """The translation units, one per file: the shared kernels, each registered cell's, generation, bindings."""
+    from rnnlm.models.cells import CELLS  # here, not at import: the cells ask rnnlm.backend, which imports this
+
+    cells = [spec.cpp_source for spec in CELLS.values()]
+    return [PACKAGE / "models" / "cells" / "kernels.cpp", *cells, PACKAGE / "inference" / "generation.cpp",
+            Path(__file__).parent / "bindings.cpp"]
+
+# The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.
+_CAPABILITY_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
+    "DEFAULT": [],
+}
+
+
+def _capability() -> str:
+    capability = torch.backends.cpu.get_cpu_capability()
+    return capability if capability in _CAPABILITY_FLAGS else "DEFAULT"
+
+
+@cache
+def compiled() -> ModuleType | None:
+    """The compiled module, built or loaded once per process; None (after one warning) if the build fails."""
+    from torch.utils import cpp_extension
+
+    capability = _capability()
+    files = sources()
+    source = "\n".join(path.read_text(encoding="utf-8") for path in [*HEADERS, *files])
+    cflags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
+    # The build also depends on which PyTorch it compiles against (its headers' path is in the build
+    # file): two environments get two builds instead of rebuilding one in turn.
+    digest = hashlib.sha256("\0".join([source, *cflags, torch.__version__, torch.__file__]).encode()).hexdigest()[:12]
+    try:
+        _put_pip_ninja_on_path()
+        name = f"rnnlm_native_{capability.lower()}_{digest}"
+        return cpp_extension.load(
+            name=name,
+            sources=[str(path) for path in _staged([*HEADERS, *files], name)][len(HEADERS) :],
+            extra_cflags=cflags,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except Exception as error:  # noqa: BLE001 - any build failure leaves the Python loops, which are correct
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        warnings.warn(f"rnnlm: C++ scan loops unavailable, using the Python ones ({first_line})", stacklevel=2)
+        return None
+
+
+def _staged(files: list[Path], name: str) -> list[Path]:
+    """Copies of `files` under the extension cache, in a folder named after the build, keeping their
+    places relative to the package (their #include paths are relative). Every copy of the repository
+    then builds from the same paths: ninja sees nothing new and loads the library it built before."""
+    from torch.utils import cpp_extension
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()) / f"{name}_sources"
+    staged = []
+    for path in files:
+        copy = root / path.relative_to(PACKAGE)
+        text = path.read_text(encoding="utf-8")
+        if not copy.exists() or copy.read_text(encoding="utf-8") != text:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            partial = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(copy)  # atomic: a build running beside this one never reads half a file
+        staged.append(copy)
+    return staged
+
+
+def _put_pip_ninja_on_path() -> None:
+    """PyTorch runs `ninja` from PATH; the pinned one from PyPI lives in the interpreter's scripts
+    folder, which is not on PATH when a virtual environment's python is run without activating it."""
+    if shutil.which("ninja") is None:
+        try:
+            import ninja
+        except ImportError:
+            return
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")

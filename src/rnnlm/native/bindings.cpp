@@ -1,0 +1,15 @@
+// The Python module of the compiled code: every registered cell's loops (models/cells/*.cpp) and the
+// generation loop (inference/generation.cpp).
+
+#include "../models/cells/kernels.h"
+
+namespace rnnlm {
+void bind_generation(pybind11::module_& m);  // inference/generation.cpp
+}  // namespace rnnlm
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "rnnlm's compiled loops for CPU tensors: each cell's scan and sampling step, the choice of the "
+            "next token and the generation loop (Python twins: rnnlm/models/cells, rnnlm/inference)";
+  for (const auto& [name, kernels] : rnnlm::cell_registry()) kernels.bind(m);
+  rnnlm::bind_generation(m);
+}

@@ -1,0 +1,262 @@
+"""Train one model as the study does, repeatably, resumable after an interruption.
+
+In:  the validated params, the selected model's name, its tokenizer, and the train/validation texts.
+Out: a `Checkpoint` (weights, optimizer, config, tokenizer identity, params) and a `History` of
+per-step and per-epoch metrics.
+
+The study's recipe: AdamW (weight decay from params), CosineAnnealingLR stepped once per epoch with
+T_max = epochs, cross-entropy, gradient-norm clipping, random windows of the training split drawn
+by a seeded generator. Unlike the study, the validation loss is measured on the whole validation
+split (consecutive windows of the sequence length, each from a zero state) after every epoch.
+
+Each optimizer step is `rnnlm.training.step`'s: it never waits on the device (the losses are read once
+every `train.check_every` steps), and on CUDA it is replayed as one captured CUDA graph.
+
+After each completed epoch the whole run state (weights, optimizer, scheduler, both random
+generators, the history) is written to a resume file; rerunning with the same params and inputs
+continues from there and ends bit-identical (on the CPU) to a run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from rnnlm.atomic import atomic_path
+from rnnlm.models.checkpoint import Checkpoint
+from rnnlm.device import device_for
+from rnnlm.errors import RnnlmError
+from rnnlm.evaluation.scoring import windowed_nll
+from rnnlm.models.language_model import build_model, config_from_params, count_parameters
+from rnnlm.params import Params, as_dict
+from rnnlm.data.tokenizers import Tokenizer
+from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
+
+
+class TrainingError(RnnlmError):
+    """Training cannot start or cannot go on (a split too short, a non-finite loss)."""
+
+
+def steps_per_epoch(steps: int, scale: float) -> int:
+    """The entry's steps per epoch times `train.steps_scale`, rounded, at least 1."""
+    return max(1, round(steps * scale))
+
+
+class WindowSampler:
+    """Random (inputs, targets) windows of a token sequence, from its own seeded generator."""
+
+    def __init__(self, tokens: Tensor, batch_size: int, seq_len: int, seed: int):
+        if tokens.numel() < seq_len + 1:
+            raise TrainingError(
+                f"the training split has {tokens.numel()} tokens; train.seq_len {seq_len} needs at least {seq_len + 1}"
+            )
+        self.tokens, self.batch_size, self.seq_len = tokens, batch_size, seq_len
+        self.generator = torch.Generator().manual_seed(seed)
+        self._offsets = torch.arange(seq_len + 1)
+
+    def batches(self, n: int) -> tuple[Tensor, Tensor]:
+        """n batches at once: x, y (n, B, T), y being x shifted by one token. The same windows as n
+        draws of one batch each (the generator draws the starts in order either way)."""
+        starts = torch.randint(self.tokens.numel() - self.seq_len, (n, self.batch_size), generator=self.generator)
+        chunk = self.tokens[starts[..., None] + self._offsets]  # (n, B, T + 1)
+        return chunk[..., :-1], chunk[..., 1:]
+
+
+@dataclass
+class History:
+    """What a run measured: one row per optimizer step, one per epoch."""
+
+    steps: list[dict[str, float]] = field(default_factory=list)
+    epochs: list[dict[str, float]] = field(default_factory=list)
+
+
+def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: Tensor, val_ids: Tensor) -> str:
+    """A hash of everything that determines the run, so a resume file from another run is ignored."""
+    digest = hashlib.sha256()
+    settings = {"model": name, "entry": as_dict(params.models[name]), "train": as_dict(params.train),
+                "seed": params.seed, "tokenizer": tokenizer.identity}
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    digest.update(train_ids.numpy().tobytes())
+    digest.update(val_ids.numpy().tobytes())
+    return digest.hexdigest()
+
+
+class ResumeStore:
+    """The resume file of one model's run, in a folder that neither git nor DVC tracks."""
+
+    def __init__(self, folder: Path | None, name: str, fingerprint: str, device: torch.device):
+        self.path = None if folder is None else Path(folder) / f"{name}.pt"
+        self.fingerprint = fingerprint
+        self.device = device.type  # the device actually used: "auto" in params names none
+
+    def load(self) -> dict[str, Any] | None:
+        if self.path is None or not self.path.is_file():
+            return None
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception:  # a file cut short by the interruption itself: start over
+            print(f"note: ignoring unreadable resume file {self.path}")
+            return None
+        if state.get("fingerprint") != self.fingerprint:
+            print(f"note: ignoring {self.path}: it is from other params or inputs")
+            return None
+        if state.get("device") != self.device:
+            print(f"note: ignoring {self.path}: it was written by a run on {state.get('device')}, this one runs on "
+                  f"{self.device}")
+            return None
+        return state
+
+    def save(self, state: dict[str, Any]) -> None:
+        if self.path is not None:
+            with atomic_path(self.path) as tmp:
+                torch.save({**state, "fingerprint": self.fingerprint, "device": self.device}, tmp)
+
+    def clear(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+@dataclass
+class _Run:
+    """The objects whose state a resume file holds, besides the history and the time spent."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: WindowSampler
+    device: torch.device
+
+    def snapshot(self, epoch: int, history: History, seconds: float) -> dict[str, Any]:
+        """Everything needed to continue after `epoch` exactly as if never stopped."""
+        cuda = {"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
+        return {
+            "epoch": epoch, "seconds": seconds, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "history_steps": history.steps, "history_epochs": history.epochs, **cuda,
+        }
+
+    def restore(self, saved: dict[str, Any]) -> tuple[History, float]:
+        """Load a `snapshot` back -> its history and seconds."""
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.sampler.generator.set_state(saved["sampler_rng"])
+        torch.set_rng_state(saved["torch_rng"])
+        if self.device.type == "cuda" and "cuda_rng" in saved:
+            torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
+        return History(steps=saved["history_steps"], epochs=saved["history_epochs"]), saved["seconds"]
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Checkpoint
+    history: History
+    device: str
+    parameters: int
+    seconds: float
+
+
+def train(
+    params: Params,
+    name: str,
+    tokenizer: Tokenizer,
+    train_text: str,
+    val_text: str,
+    resume_dir: Path | None = None,
+    on_epoch_end: Callable[[int], None] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train the entry `name` of `params.models`; see the module docstring for the recipe."""
+    entry, settings = params.models[name], params.train
+    device = device_for(settings)
+    train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
+    val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)
+    if val_ids.numel() < 2:
+        raise TrainingError("the validation split encodes to fewer than 2 tokens; expected a longer corpus")
+    if settings.seq_len >= val_ids.numel():
+        raise TrainingError(f"train.seq_len {settings.seq_len} is longer than the validation split "
+                            f"({val_ids.numel()} tokens) can fill once; expected at most {val_ids.numel() - 1}")
+    n_steps = steps_per_epoch(entry.steps_per_epoch, settings.steps_scale)
+
+    torch.manual_seed(params.seed)  # weights and dropout masks
+    model = build_model(entry, tokenizer.vocab_size).to(device)
+    graph = settings.cuda_graph and device.type == "cuda"
+    optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
+    sampler = WindowSampler(train_ids, settings.batch_size, settings.seq_len, params.seed)
+    history, first_epoch, seconds = History(), 1, 0.0
+
+    store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids), device)
+    run = _Run(model, optimizer, scheduler, sampler, device)
+    saved = store.load()
+    if saved is not None:
+        history, seconds = run.restore(saved)
+        first_epoch = saved["epoch"] + 1
+        print(f"resuming {name} after epoch {saved['epoch']} from {store.path}")
+
+    step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph)
+    tokens_per_step = settings.batch_size * settings.seq_len
+    for epoch in range(first_epoch, entry.epochs + 1):
+        model.train()
+        epoch_start, losses = time.perf_counter(), []
+        lr = float(optimizer.param_groups[0]["lr"])
+        log = LossLog(settings.check_every, device, first_step=len(history.steps) + 1)
+        # A bar on a terminal only: in a log (a queued experiment, a redirect) each refresh would be a
+        # line of its own; there the epoch's summary line below is the progress report.
+        bar = tqdm(total=n_steps, desc=f"{name} epoch {epoch}/{entry.epochs}", leave=False, mininterval=1.0,
+                   dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
+        for first in range(0, n_steps, settings.check_every):
+            block_start = time.perf_counter()
+            size = min(settings.check_every, n_steps - first)
+            xs, ys = (t.to(device) for t in sampler.batches(size))  # (size, B, T): one copy per block
+            for i in range(size):
+                log.record(step_fn(xs[i], ys[i]))
+            try:  # the host waits for the device here only, once a block
+                block = log.read()
+            except NonFiniteLoss as error:
+                raise TrainingError(f"{error} (epoch {epoch}); the last completed epoch is kept in "
+                                    f"{store.path or 'no resume folder'}") from None
+            rate = tokens_per_step * size / (time.perf_counter() - block_start)  # the block's mean rate
+            for loss_value in block:
+                history.steps.append({"step": len(history.steps) + 1, "epoch": epoch, "train_loss": loss_value,
+                                      "lr": lr, "tokens_per_second": rate})
+            losses += block
+            bar.update(size)
+            bar.set_postfix(loss=f"{block[-1]:.3f}", tok_s=f"{rate:,.0f}")
+        bar.close()
+        scheduler.step()
+        val = windowed_nll(model, val_ids, settings.seq_len)
+        epoch_seconds = time.perf_counter() - epoch_start
+        seconds += epoch_seconds
+        history.epochs.append({"step": len(history.steps), "epoch": epoch, "train_loss": statistics.fmean(losses),
+                               "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds})
+        print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
+              f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
+        store.save(run.snapshot(epoch, history, seconds))
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+
+    checkpoint = Checkpoint(
+        model_name=name,
+        model_config=config_from_params(entry, tokenizer.vocab_size),
+        model_state={k: v.detach().cpu() for k, v in model.state_dict().items()},
+        tokenizer_state=tokenizer.state(),
+        params=as_dict(params),
+        step=len(history.steps),
+        epoch=entry.epochs,
+        optimizer_state=optimizer.state_dict(),
+    )
+    store.clear()
+    return TrainResult(checkpoint, history, device.type, count_parameters(model), seconds)

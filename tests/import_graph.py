@@ -1,0 +1,72 @@
+"""The library files a script runs: its `rnnlm` imports, followed through the library (imports
+inside functions included), and the C++ sources that `rnnlm.native` compiles when it is reached."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SRC = REPO_ROOT / "src"
+
+NAMES_ONLY = {("rnnlm.params", "rnnlm.models.cells")}
+"""Edges followed no further: params reads only the registry's names, to validate `cell:` (the
+registry file itself is still a dependency), so a cell's code cannot change what the data stages
+write."""
+
+
+def module_file(name: str) -> Path | None:
+    """The file of module `name` under src/, or None when it is not a library module."""
+    base = SRC / Path(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _imported(path: Path, package: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
+    return {name for name in names if name.split(".")[0] == "rnnlm" and module_file(name)}
+
+
+def library_files(script: Path) -> set[Path]:
+    """Every library file that running `script` can execute."""
+    seen: set[str] = set()
+    names_only: set[Path] = set()
+    todo = [(None, name) for name in _imported(script, "")]
+    while todo:
+        parent, name = todo.pop()
+        if (parent, name) in NAMES_ONLY:
+            names_only.add(module_file(name))
+            continue
+        if name in seen:
+            continue
+        seen.add(name)
+        # importing a.b.c runs a/__init__ and a/b/__init__ first
+        parts = name.split(".")
+        todo += [(None, ".".join(parts[:i])) for i in range(1, len(parts))]
+        path = module_file(name)
+        package = name if path.name == "__init__.py" else ".".join(parts[:-1])
+        todo += [(name, child) for child in _imported(path, package)]
+    files = {module_file(name) for name in seen} | names_only
+    if "rnnlm.native" in seen:
+        from rnnlm import native
+
+        files |= {*native.sources(), *native.HEADERS}
+    if "rnnlm.models.cells" in seen:  # cells' Triton modules are imported by name, through their specs
+        from rnnlm.models.cells import CELLS
+
+        for spec in CELLS.values():
+            files.add(module_file(spec.triton_module))
+            files.add(module_file("rnnlm.models.cells.triton_common"))
+    return files

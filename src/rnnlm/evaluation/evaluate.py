@@ -155,10 +155,14 @@ def write_metrics(metrics: dict[str, object], path: str | Path) -> None:
 
 
 def write_reset_curve(curve: list[ResetPoint], metrics: dict[str, object], path: str | Path) -> None:
-    """The curve as CSV for `dvc plots`: one row per k, with the never-reset and n-gram levels as
-    constant columns so that they draw as horizontal lines beside it."""
-    levels = {"never_reset_bpc": metrics["stateful_bpc"],
-              **{f"{name}_bpc": bpc for name, bpc in metrics["ngram_bpc"].items()}}  # type: ignore[union-attr]
+    """The curve as CSV for `dvc plots`: one row per k in `evaluate.reset_every`, with the levels to
+    compare it with as constant columns, so that they draw as horizontal lines beside it: never
+    resetting, the count unigram and bigram models, and `ngram_bpc`, the count model of the highest
+    order (`evaluate.ngram_max_order`; every order is in metrics.json). The columns are the same
+    whatever the params say, so dvc.yaml's plot can name them."""
+    ngrams = list(metrics["ngram_bpc"].values())  # type: ignore[union-attr]  # orders 1, 2, ..., max
+    levels = {"never_reset_bpc": metrics["stateful_bpc"], "unigram_bpc": ngrams[0], "bigram_bpc": ngrams[1],
+              "ngram_bpc": ngrams[-1]}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["k", "reset_every_k_bpc", *levels])

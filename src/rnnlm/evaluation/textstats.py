@@ -6,7 +6,8 @@ Out: per text, then averaged over the texts:
   known_word_share     share of words found among the training split's words
   distinct_1/2/3       distinct word n-grams / all word n-grams (higher: less repetition)
   repeated_4gram_share share of word 4-grams that repeat one seen earlier in the same text
-  char_loglik          mean ln P(character | 4 before) under the count 5-gram model (nats)
+  char_loglik          mean ln P(character | the n - 1 before) under the count n-gram model (nats),
+                       n = evaluate.ngram_max_order
   speaker_line_share   share of non-empty lines that are a `NAME:` speaker line, as the play's
 
 Words are lowercased runs of letters with inner apostrophes ("o'er", "th'"). Every statistic is

@@ -20,15 +20,20 @@ def _cell(sample: Sample) -> str:
     return f"<td><pre><b>{html.escape(prompt, quote=False)}</b>{html.escape(rest, quote=False)}</pre></td>"
 
 
-TEXT_STATISTICS = {
-    "known_word_share": "words found in the training text",
-    "distinct_1": "distinct words / words",
-    "distinct_2": "distinct word pairs / pairs",
-    "distinct_3": "distinct word triples / triples",
-    "repeated_4gram_share": "word 4-grams repeating an earlier one",
-    "char_loglik": "nats per character under the count 5-gram (higher: more corpus-like)",
-    "speaker_line_share": "lines in the `NAME:` speaker form",
-}
+def text_statistics_labels(ngram_names: list[str]) -> dict[str, str]:
+    """The rows of the generated-text table. `ngram_names`: metrics.json's n-gram models, lowest order
+    first; the text is scored under the highest (`evaluate.ngram_max_order`)."""
+    top = ngram_names[-1]
+    scorer = top.replace("gram", "-gram") if top[0].isdigit() else top  # "5gram" -> "5-gram", "trigram"
+    return {
+        "known_word_share": "words found in the training text",
+        "distinct_1": "distinct words / words",
+        "distinct_2": "distinct word pairs / pairs",
+        "distinct_3": "distinct word triples / triples",
+        "repeated_4gram_share": "word 4-grams repeating an earlier one",
+        "char_loglik": f"nats per character under the count {scorer} (higher: more corpus-like)",
+        "speaker_line_share": "lines in the `NAME:` speaker form",
+    }
 
 
 def _number(value: object, digits: int = 3) -> str:
@@ -93,7 +98,7 @@ def measures_markdown(metrics: dict[str, Any]) -> list[str]:
         "|---|---|---|---|",
     ]
     text = metrics["text"]
-    for key, words in TEXT_STATISTICS.items():
+    for key, words in text_statistics_labels(list(ngrams)).items():
         lines.append(f"| {words} | " + " | ".join(_number(text[m].get(key)) for m in ("stateless", "stateful", "validation")) + " |")
     return lines
 

@@ -27,9 +27,6 @@ from rnnlm.atomic import atomic_path, write_text_atomic
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
 
-RESET_POINTS = ("1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "never")
-"""The state-reset intervals k of the evaluate stage's curve, as metrics.json names them."""
-
 MISSING = "missing"
 
 
@@ -122,6 +119,14 @@ def context_lengths(records: pd.DataFrame) -> list[int]:
     return sorted({int(name[len(prefix):]) for name in records.columns if str(name).startswith(prefix)})
 
 
+def reset_points(records: pd.DataFrame) -> list[str]:
+    """The state-reset intervals k that any record's reset curve has (`evaluate.reset_every` of the
+    runs), as metrics.json names them: ascending, then "never"."""
+    prefix = "reset_curve_bpc."
+    found = {str(name)[len(prefix):] for name in records.columns if str(name).startswith(prefix)}
+    return sorted(found - {"never"}, key=int) + (["never"] if "never" in found else [])
+
+
 def study_rows(records: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
     """One row per (model, steps scale) with its newest finished run, plus a 'missing' row for each
     of `models` that has no run at all. Columns are the table's, in order."""
@@ -147,8 +152,8 @@ def study_rows(records: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
             "recency": _recency(records),
         }
     )
-    for k in RESET_POINTS:
-        frame[f"reset_{k}"] = _column(records, f"reset_curve_bpc.{k}")
+    for k in reset_points(records):
+        frame[f"reset_{k}"] = pd.to_numeric(_column(records, f"reset_curve_bpc.{k}"), errors="coerce")
     # The context curve as each run's excess over its carried state, for whatever lengths were measured.
     carried = pd.to_numeric(_column(records, "context_carried_bpc"), errors="coerce")
     for c in context_lengths(records):
@@ -242,11 +247,13 @@ def write_figure(rows: pd.DataFrame, path: Path) -> None:
     bars.set_xticks(list(x), labels, fontsize=7)
     bars.set_ylabel("bits per character (validation)")
     bars.legend()
-    points = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]  # "never" drawn at 2048
+    ks = [name[len("reset_"):] for name in runs.columns if name.startswith("reset_")]  # as measured, "never" last
+    finite = [int(k) for k in ks if k != "never"]
+    points = [*finite, 2 * max(finite, default=1)][: len(ks)]  # "never" drawn one doubling past the largest k
     for label, (_, r) in zip(labels, runs.iterrows()):
-        curves.plot(points, [r[f"reset_{k}"] for k in RESET_POINTS], marker="o", ms=3, label=label.replace("\n", " "))
+        curves.plot(points, [r[f"reset_{k}"] for k in ks], marker="o", ms=3, label=label.replace("\n", " "))
     curves.set_xscale("log", base=2)
-    curves.set_xticks(points, [str(p) for p in points[:-1]] + ["never"], fontsize=7)
+    curves.set_xticks(points, ks, fontsize=7)
     curves.set_xlabel("state reset every k tokens")
     curves.set_ylabel("bits per character")
     curves.legend(fontsize=6)

@@ -1,0 +1,78 @@
+"""What is drawn and reported follows `evaluate.*`: a run with another n-gram order and other reset
+intervals goes through the evaluate, report and study-report code end to end, and every plot column
+dvc.yaml names exists, with no empty cells."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pandas as pd
+import yaml
+
+from rnnlm.data.corpus import character_vocabulary, split_corpus
+from rnnlm.evaluation.evaluate import evaluate, write_metrics, write_reset_curve
+from rnnlm.models.checkpoint import load_checkpoint
+from rnnlm.params import parse_params
+from rnnlm.reporting import study
+from rnnlm.reporting.generation_markdown import to_markdown
+from rnnlm.reporting.generation_run import run_generations
+from tests.conftest import REPO_ROOT, synthetic_play
+
+RESET_EVERY = [1, 4, 16]
+
+
+def _flat(prefix: str, value) -> dict:
+    """metrics.json flattened as `dvc exp show` names its columns (a.b.c)."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items() for k, v in _flat(f"{prefix}.{key}" if prefix else key, sub).items()}
+    return {prefix: value}
+
+
+def _plot_columns() -> list[str]:
+    dvc = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    plot = next(p["reset_curve"] for p in dvc["plots"] if "reset_curve" in p)
+    return [plot["x"], *plot["y"]["reports/plots/reset_curve.csv"]]
+
+
+def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report(raw_params, char_checkpoint,
+                                                                                  tmp_path):
+    raw_params["evaluate"].update({"ngram_max_order": 3, "reset_every": RESET_EVERY, "context_lengths": [1, 2, 4],
+                                   "context_targets": 200})
+    raw_params["generate"].update({"max_new_tokens": 20, "prompts": ["ROMEO: "]})
+    params = parse_params(raw_params)
+    text = synthetic_play(20_000)
+    split = split_corpus(text, 0.9)
+    assert character_vocabulary(text)  # the checkpoint's tokenizer was made from the same play
+    checkpoint = load_checkpoint(char_checkpoint)
+    generations = run_generations(checkpoint, char_checkpoint, params.generate, params.seed)
+    metrics, curve, _ = evaluate(checkpoint, split.train, split.val, generations, params.evaluate, params.seed)
+
+    # metrics.json: exactly the orders and intervals asked for
+    assert list(metrics["ngram_bpc"]) == ["unigram", "bigram", "trigram"]
+    assert list(metrics["reset_curve_bpc"]) == ["1", "4", "16", "never"]
+    write_metrics(metrics, tmp_path / "metrics.json")
+
+    # the reset-curve CSV has every column dvc.yaml plots, filled, one row per interval
+    write_reset_curve(curve, metrics, tmp_path / "reset_curve.csv")
+    with open(tmp_path / "reset_curve.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["k"]) for r in rows] == RESET_EVERY
+    for column in _plot_columns():
+        assert all(r.get(column) not in (None, "") for r in rows), column
+    assert float(rows[0]["ngram_bpc"]) == metrics["ngram_bpc"]["trigram"]
+
+    # the generation report names the scorer's order, never the default one
+    report = to_markdown(generations, json.loads((tmp_path / "metrics.json").read_text()))
+    assert "under the count trigram" in report and "5-gram" not in report
+    assert "| k | 1 | 4 | 16 | never |" in report
+
+    # the study report reads the intervals the run measured
+    record = {"params.yaml:model": "astra_alpha", "train.steps_scale": 1.0, "rev": "abc1234", "typ": "baseline",
+              "Experiment": None, "State": None, **_flat("", metrics)}
+    rows = study.study_rows(pd.DataFrame([record]), ["astra_alpha"])
+    assert [c for c in rows.columns if c.startswith("reset_")] == ["reset_1", "reset_4", "reset_16", "reset_never"]
+    assert rows.iloc[0]["reset_4"] == metrics["reset_curve_bpc"]["4"]
+    study.write_figure(rows, tmp_path / "study.png")
+    assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| astra_alpha |" in study.to_markdown(rows)

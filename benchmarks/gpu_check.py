@@ -48,6 +48,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import speed  # noqa: E402
 
+from rnnlm.reporting.study_collect import FOLDER  # noqa: E402
+
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
 from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
 from rnnlm.device import set_float32_precision  # noqa: E402
@@ -67,7 +69,7 @@ def environment() -> dict[str, object]:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "driver": driver, "gpu_memory": memory, "nvidia_smi_name": name,
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "cpu": speed.machine_line(torch.device("cpu")), "python": platform.python_version(),
+        "cpu": speed.machine_line(speed.machine(torch.device("cpu"))), "python": platform.python_version(),
     }
 
 
@@ -86,7 +88,7 @@ def run_speed(models: list[str], repeats: int) -> dict[str, object]:
     device = torch.device("cuda")
     settings = speed.replace(speed.FULL, repeats=repeats)
     configs = speed.model_configs(str(REPO / "params.yaml"), models, 1)
-    matmul = speed.matmul_gflops(settings.matmul_size, settings.repeats, device)
+    matmul = max(speed.matmul_gflops(settings.matmul_size, settings.repeats, device).values())
     rows, errors = [], {}
     for name, config in configs.items():
         try:
@@ -264,11 +266,7 @@ def markdown(report: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-OUTPUTS = {"train_metrics.json": "reports/train/metrics.json", "epochs.tsv": "reports/train/epochs.tsv",
-           "steps.tsv": "reports/train/steps.tsv", "metrics.json": "reports/metrics.json",
-           "reset_curve.csv": "reports/plots/reset_curve.csv", "context_curve.csv": "reports/plots/context_curve.csv",
-           "generations.json": "reports/generations.json",
-           "generations.md": "reports/generations.md"}
+OUTPUTS = {name: path for name, path in FOLDER.items() if name != "params.yaml"}
 """What --study keeps of each model's run: archive name -> path in the scratch repository."""
 
 

@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 20 min on 2 cores
     PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
     PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
+    PYTHONPATH=src python benchmarks/speed.py --markdown reports/speed/cpu.md --json reports/speed/cpu.json
 
 Everything is measured in this one process, side by side: for each model shape, the three
 implementations are warmed up, then timed in turn, round after round, so that whatever else the
@@ -11,7 +12,10 @@ machine does falls on all of them alike. Reported numbers are medians over the r
 Training step: forward, cross-entropy, backward, gradient clipping, AdamW, on random tokens of the
 model's batch and sequence length, in training mode (dropout on). GFLOP/s counts 6 x (our model's
 parameters) x tokens per step, the same work for every implementation, and is compared with the
-machine's large float32 matrix-product rate measured at the start. Peak memory is what a step
+machine's limit: a large float32 matrix product measured at the start through both GEMM libraries
+PyTorch ships on the CPU, MKL (`torch.mm`) and oneDNN (`mkldnn::_linear_pointwise`, its weight
+packed once), the faster of the two. The header names the CPU (vendor and model) and the library
+`rnnlm.backend` chose for our products. Peak memory is what a step
 allocates on top of what was held before it (tensors only, from the profiler's allocation events
 on the CPU, from the allocator's statistics on CUDA).
 
@@ -23,19 +27,27 @@ through a Python loop of their steps, picking as the study's code does (softmax,
 alone": only the matrix products one step of our model cannot avoid (each hidden-side matrix, each
 input-side matrix above the first layer, the output layer), nothing else. No implementation that
 does these products in float32 samples faster; at batch 1 they read every weight once per
-character, so for the larger models they bound the rate by memory bandwidth.
+character, so for the larger models they bound the rate by memory bandwidth. They run through the
+same GEMM as ours.
+
+`--markdown PATH` and `--json PATH` write what is printed, and every figure of both tables (model,
+implementation, ms per step, ratios, GFLOP/s, share of the limit; the sampling rates and ratios),
+with the machine, to files (reports/speed/ keeps them).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
+import json
 import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -51,6 +63,9 @@ from rnnlm.params import load_params  # noqa: E402
 from rnnlm.inference.sampling import Decoding, generate, make_generator  # noqa: E402
 from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
+from rnnlm import backend  # noqa: E402
+from rnnlm.atomic import write_text_atomic  # noqa: E402
+from rnnlm.models.products import uses_onednn  # noqa: E402
 
 CHAR_VOCAB = 65
 STUDY_MODELS = ("astra_alpha", "astra_beta", "astra_gamma", "scribe_alpha", "scribe_beta", "scribe_gamma", "leviathan")
@@ -108,12 +123,17 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
     return peak
 
 
-def matmul_gflops(size: int, repeats: int, device: torch.device) -> float:
-    """The machine's float32 matrix-product rate: median over repeats of one (size x size)^2 product."""
+def matmul_gflops(size: int, repeats: int, device: torch.device) -> dict[str, float]:
+    """The machine's float32 matrix-product rate, GFLOP/s, median over repeats of one (size x size)^2
+    product timed in turn through each library: on the CPU MKL (`torch.mm`) and oneDNN (its linear
+    op, the weight packed once, as our scans pack theirs); on CUDA cuBLAS."""
     a, b = (torch.randn(size, size, device=device) for _ in range(2))
-    a @ b  # warm-up
-    seconds = statistics.median(timed(lambda: a @ b, device) for _ in range(max(3, repeats)))
-    return 2 * size**3 / seconds / 1e9
+    contenders = {"cuBLAS" if device.type == "cuda" else "MKL": lambda: a @ b}
+    if device.type == "cpu" and backend.onednn_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(b, size)
+        contenders["oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
+    medians = side_by_side(contenders, max(3, repeats), device)
+    return {name: 2 * size**3 / seconds / 1e9 for name, seconds in medians.items()}
 
 
 def shrunk(config: ModelConfig, factor: int) -> ModelConfig:
@@ -248,14 +268,17 @@ def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[
     matrices = [layer.cell.weight_hh for layer in model.layers]
     matrices += [layer.cell.weight_ih for layer in model.layers[1:]]
     matrices.append(model.head.weight)
-    matrices = [m.detach().T for m in matrices]  # (H, rows)
+    matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them
     x = matrices[0].new_zeros(batch, model.config.hidden)
+    onednn = torch.ops.mkldnn._linear_pointwise  # the GEMM our step uses for each, called as directly as Python allows
+    products = [functools.partial(onednn, x, m, None, "none", [], "") if uses_onednn(x, x.numel() * m.shape[0])
+                else functools.partial(torch.mm, x, m.T) for m in matrices]
 
     @torch.no_grad()
     def run() -> None:
         for _ in range(new_tokens):
-            for m in matrices:
-                torch.mm(x, m)
+            for product in products:
+                product()
 
     return run
 
@@ -284,51 +307,90 @@ def reference_name(config: ModelConfig) -> str:
     return {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}[config.cell]
 
 
-def training_table(rows: list[TrainingRow], configs: dict[str, ModelConfig], matmul: float) -> str:
-    lines = [
-        "| model | implementation | ms/step | tokens/s | × step-by-step | × PyTorch | GFLOP/s | % of matmul | peak MB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig], limit: float) -> list[dict]:
+    """Every figure of the training table, one dict per (model, implementation)."""
     by_key = {(r.model, r.implementation): r for r in rows}
+    records = []
     for r in rows:
         study, library = by_key[(r.model, "step-by-step")], by_key[(r.model, "PyTorch")]
         gflops = r.flops / r.seconds / 1e9
-        label = reference_name(configs[r.model]) if r.implementation == "PyTorch" else r.implementation
+        records.append({
+            "model": r.model,
+            "implementation": reference_name(configs[r.model]) if r.implementation == "PyTorch" else r.implementation,
+            "ms_per_step": r.seconds * 1e3,
+            "tokens_per_second": r.tokens / r.seconds,
+            "x_step_by_step": study.seconds / r.seconds,
+            "x_pytorch": library.seconds / r.seconds,
+            "gflops": gflops,
+            "share_of_limit": gflops / limit,
+            "peak_mb": r.peak / 2**20,
+        })
+    return records
+
+
+def training_table(records: list[dict]) -> str:
+    lines = [
+        "| model | implementation | ms/step | tokens/s | × step-by-step | × PyTorch | GFLOP/s | % of the limit | peak MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
         lines.append(
-            f"| {r.model} | {label} | {r.seconds * 1e3:,.1f} | {r.tokens / r.seconds:,.0f} | "
-            f"{study.seconds / r.seconds:.2f} | {library.seconds / r.seconds:.2f} | {gflops:.1f} | "
-            f"{100 * gflops / matmul:.0f}% | {r.peak / 2**20:,.1f} |"
+            f"| {r['model']} | {r['implementation']} | {r['ms_per_step']:,.1f} | {r['tokens_per_second']:,.0f} | "
+            f"{r['x_step_by_step']:.2f} | {r['x_pytorch']:.2f} | {r['gflops']:.1f} | "
+            f"{100 * r['share_of_limit']:.0f}% | {r['peak_mb']:,.1f} |"
         )
     return "\n".join(lines)
 
 
-def sampling_table(rows: list[SamplingRow]) -> str:
-    lines = [
-        "| model | batch | step-by-step chars/s | ours chars/s | PyTorch chars/s | products alone chars/s "
-        "| ours × step-by-step | ours × PyTorch | products alone × step-by-step |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+def sampling_records(rows: list[SamplingRow]) -> list[dict]:
+    """Every figure of the sampling table, one dict per (model, batch)."""
+    records = []
     for r in rows:
         c = r.chars_per_second
+        records.append({
+            "model": r.model,
+            "batch": r.batch,
+            "chars_per_second": dict(c),
+            "ours_x_step_by_step": c["ours"] / c["step-by-step"],
+            "ours_x_pytorch": c["ours"] / c["PyTorch"],
+            "products_alone_x_step_by_step": c["products alone"] / c["step-by-step"],
+            "ours_share_of_products_alone": c["ours"] / c["products alone"],
+        })
+    return records
+
+
+def sampling_table(records: list[dict]) -> str:
+    lines = [
+        "| model | batch | step-by-step chars/s | ours chars/s | PyTorch chars/s | products alone chars/s "
+        "| ours × step-by-step | ours × PyTorch | products alone × step-by-step | ours / products alone |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        c = r["chars_per_second"]
         lines.append(
-            f"| {r.model} | {r.batch} | {c['step-by-step']:,.0f} | {c['ours']:,.0f} | {c['PyTorch']:,.0f} | "
-            f"{c['products alone']:,.0f} | {c['ours'] / c['step-by-step']:.2f} | {c['ours'] / c['PyTorch']:.2f} | "
-            f"{c['products alone'] / c['step-by-step']:.2f} |"
+            f"| {r['model']} | {r['batch']} | {c['step-by-step']:,.0f} | {c['ours']:,.0f} | {c['PyTorch']:,.0f} | "
+            f"{c['products alone']:,.0f} | {r['ours_x_step_by_step']:.2f} | {r['ours_x_pytorch']:.2f} | "
+            f"{r['products_alone_x_step_by_step']:.2f} | {100 * r['ours_share_of_products_alone']:.0f}% |"
         )
     return "\n".join(lines)
 
 
-def machine_line(device: torch.device) -> str:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    where = torch.cuda.get_device_name() if device.type == "cuda" else f"{cpu}, {os.cpu_count()} cores"
-    return (
-        f"{datetime.date.today().isoformat()} · {where} · torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads · device {device}"
-    )
+def machine(device: torch.device) -> dict[str, object]:
+    """What the figures were measured on."""
+    where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
+        "cpu_vendor": backend.cpu_vendor() or platform.processor(), "cpu_model": backend.cpu_model() or platform.machine(),
+        "cores": os.cpu_count(), "gemm": backend.gemm_for(device)}
+    return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "device": str(device)}
+
+
+def machine_line(info: dict[str, object]) -> str:
+    if "gpu" in info:
+        where = str(info["gpu"])
+    else:
+        where = (f"{info['cpu_model']} ({info['cpu_vendor']}), {info['cores']} cores · our products through "
+                 f"{'oneDNN' if info['gemm'] == 'onednn' else 'MKL'}")
+    return f"{info['date']} · {where} · torch {info['torch']}, {info['threads']} threads · device {info['device']}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -341,6 +403,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=["training", "sampling"], help="measure one of the two parts")
     parser.add_argument("--allow-tf32", action="store_true",
                         help="CUDA: let every implementation's float32 products use TF32 (default: exact float32)")
+    parser.add_argument("--markdown", type=Path, help="also write the printed report to this file")
+    parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
     if args.repeats is not None:
@@ -356,33 +420,62 @@ def main(argv: list[str] | None = None) -> None:
     configs = model_configs(args.params, args.models, settings.shrink)
     torch.manual_seed(0)
 
-    print(f"# Speed{' (quick: shapes shrunk, numbers meaningless)' if args.quick else ''}\n")
-    print(machine_line(device) + f" · float32 products: {'TF32 allowed' if precision == 'tf32' else 'exact'}\n")
-    matmul = matmul_gflops(settings.matmul_size, settings.repeats, device)
-    print(f"float32 matrix product {settings.matmul_size}x{settings.matmul_size}: {matmul:.1f} GFLOP/s (median)\n")
+    report = Report()
+    info = machine(device)
+    report.say(f"# Speed{' (quick: shapes shrunk, numbers meaningless)' if args.quick else ''}\n")
+    report.say(machine_line(info) + f" · float32 products: {'TF32 allowed' if precision == 'tf32' else 'exact'}\n")
+    rates = matmul_gflops(settings.matmul_size, settings.repeats, device)
+    limit = max(rates.values())
+    report.say(f"float32 matrix product {settings.matmul_size}x{settings.matmul_size}, medians: " + ", ".join(
+        f"{name} {rate:.1f} GFLOP/s ({100 * rate / limit:.0f}% of the faster)" for name, rate in rates.items()) + "\n")
+    figures = {"machine": info, "settings": dataclasses.asdict(settings), "matmul_gflops": rates, "limit_gflops": limit}
     if args.only != "sampling":
-        print_training(configs, settings, device, matmul)
+        figures["training"] = measure_training(configs, settings, device, limit, report)
     if args.only != "training":
-        print_sampling(configs, load_params(args.params), settings, device)
+        figures["sampling"] = measure_sampling(configs, load_params(args.params), settings, device, report)
+    if args.markdown:
+        write_text_atomic(args.markdown, report.text())
+    if args.json:
+        write_text_atomic(args.json, json.dumps(figures, indent=2) + "\n")
 
 
-def print_training(configs: dict[str, ModelConfig], settings: Settings, device: torch.device, matmul: float) -> None:
-    print(f"## Training step (batch {settings.batch}, {settings.seq_len} steps, medians of {settings.repeats})\n")
+class Report:
+    """What the benchmark prints, kept to be written to a file too."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def measure_training(configs: dict[str, ModelConfig], settings: Settings, device: torch.device, limit: float,
+                     report: Report) -> list[dict]:
+    report.say(f"## Training step (batch {settings.batch}, {settings.seq_len} steps, medians of {settings.repeats})\n")
     rows = []
     for name, config in configs.items():
         rows += benchmark_training(name, config, settings, device)
         print(f"  measured {name}", file=sys.stderr, flush=True)
-    print(training_table(rows, configs, matmul) + "\n")
+    records = training_records(rows, configs, limit)
+    report.say(training_table(records) + "\n")
+    return records
 
 
-def print_sampling(configs: dict[str, ModelConfig], params, settings: Settings, device: torch.device) -> None:
-    print(f"## Stateful sampling ({settings.sample_tokens} characters, medians of {settings.repeats})\n")
+def measure_sampling(configs: dict[str, ModelConfig], params, settings: Settings, device: torch.device,
+                     report: Report) -> list[dict]:
+    report.say(f"## Stateful sampling ({settings.sample_tokens} characters, medians of {settings.repeats})\n")
     samples = []
     for name, config in configs.items():
         if params.models[name].tokens == "char":
             samples += benchmark_sampling(name, config, settings, device)
             print(f"  sampled {name}", file=sys.stderr, flush=True)
-    print(sampling_table(samples))
+    records = sampling_records(samples)
+    report.say(sampling_table(records))
+    return records
 
 
 if __name__ == "__main__":

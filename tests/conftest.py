@@ -132,21 +132,27 @@ def sentencepiece_checkpoint(tmp_path_factory) -> Path:
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "sp.pt", SentencePieceTokenizer(proto), "scribe_alpha")
 
 
-@pytest.fixture(params=["python", "cpp", "triton"])
+@pytest.fixture(params=["python", "cpp-mkl", "cpp-onednn", "triton"])
 def backend(request, monkeypatch):
     """Run the test once with each backend of the per-step loops (training scans, sampling steps, the
     whole model's step and the generation loop): the Python loops (ATen calls), the compiled C++
-    ones (what the CPU runs) and the Triton ones (what CUDA runs; here in Triton's interpreter, on
-    CPU tensors). The one switch, `rnnlm.backend.backend_for`, answers the parameter for every
-    device. A failed C++ build fails here."""
+    ones (what the CPU runs) with each of the two float32 GEMMs (MKL, oneDNN: the large products
+    of `rnnlm.models.products` follow too), and the Triton ones (what CUDA runs; here in Triton's
+    interpreter, on CPU tensors). The switch's two functions, `rnnlm.backend.backend_for` and
+    `gemm_for`, answer the parameter for every device. A failed C++ build fails here. float64
+    products always run ATen's own GEMM; the float32 tests are the ones that reach oneDNN."""
     from rnnlm import backend as switch
     from rnnlm import native
 
-    if request.param == "cpp":
+    loops, _, gemm = request.param.partition("-")
+    if loops == "cpp":
         assert native.compiled() is not None, "the C++ code did not build (see the warning above)"
-    if request.param == "triton":
+    if loops == "triton":
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("Triton kernels run on CPU tensors only in its interpreter (tests/test_cuda.py runs them on a GPU)")
         assert switch.triton_available(), "triton is not installed"
-    monkeypatch.setattr(switch, "backend_for", lambda device: request.param)
-    return request.param
+    monkeypatch.setattr(switch, "backend_for", lambda device: loops)
+    monkeypatch.setattr(switch, "gemm_for", lambda device: gemm or "mkl")
+    yield request.param
+    if native.compiled() is not None:
+        native.compiled().set_gemm(switch.gemm_for(torch.device("cpu")))  # the machine's own choice again

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +24,29 @@ def _benchmark(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     )
 
 
-def test_quick_benchmark_prints_both_tables():
+def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     models = ["astra_alpha", "leviathan", "rnn_alpha", "scribe_alpha"]
-    result = _benchmark("--models", *models, timeout=300)
+    markdown, figures = tmp_path / "speed.md", tmp_path / "speed.json"
+    result = _benchmark("--models", *models, "--markdown", str(markdown), "--json", str(figures), timeout=300)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "GFLOP/s (median)" in out
+    assert markdown.read_text() == out  # the file holds what was printed
+    # the limit: the large product through both libraries, each against the faster
+    assert re.search(r"MKL [\d.]+ GFLOP/s \(\d+% of the faster\), oneDNN [\d.]+ GFLOP/s", out)
+    from rnnlm import backend
+
+    assert f"({backend.cpu_vendor()})" in out and backend.cpu_model() in out  # the CPU, vendor and model
+    data = json.loads(figures.read_text())
+    assert data["machine"]["gemm"] == backend.gemm_for(torch.device("cpu"))
+    assert set(data["matmul_gflops"]) == {"MKL", "oneDNN"} and data["limit_gflops"] == max(data["matmul_gflops"].values())
+    ours = next(r for r in data["training"] if r["model"] == "leviathan" and r["implementation"] == "ours")
+    assert set(ours) == {"model", "implementation", "ms_per_step", "tokens_per_second", "x_step_by_step", "x_pytorch",
+                         "gflops", "share_of_limit", "peak_mb"}
+    assert ours["share_of_limit"] == pytest.approx(ours["gflops"] / data["limit_gflops"])
+    sampled = next(r for r in data["sampling"] if r["model"] == "leviathan" and r["batch"] == 1)
+    assert set(sampled["chars_per_second"]) == {"step-by-step", "ours", "PyTorch", "products alone"}
+    assert sampled["ours_share_of_products_alone"] == pytest.approx(
+        sampled["chars_per_second"]["ours"] / sampled["chars_per_second"]["products alone"])
     training = [line for line in out.splitlines() if line.startswith("| ")]
     for model in models:
         for implementation in ("step-by-step", "ours"):

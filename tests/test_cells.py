@@ -182,7 +182,10 @@ def test_scan_accepts_non_contiguous_products(backend):
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_float32_layer_matches_float64_reference(cell, backend):
-    """Training runs in float32, where the compiled loops take another (vector-width) code path."""
+    """Training runs in float32, where the compiled loops take another (vector-width) code path and
+    the products the chosen GEMM. A gradient entry near zero is a sum of large terms (the tanh RNN's
+    reach 80 here), so its error is judged against the gradient's scale."""
+    torch.manual_seed(0)
     layer64 = _randomised(LAYERS[cell](10, 37))  # 37: a vector tail on every width
     layer32 = LAYERS[cell](10, 37).float()
     layer32.load_state_dict({k: v.float() for k, v in layer64.state_dict().items()})
@@ -195,7 +198,7 @@ def test_float32_layer_matches_float64_reference(cell, backend):
     torch.testing.assert_close(fast[0].double(), ref[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(fast[1].double(), ref[1], rtol=1e-4, atol=1e-5)
     for a, b in zip(fast[2], ref[2]):
-        torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=max(1e-4, 1e-5 * b.abs().max().item()))
 
 
 @pytest.mark.parametrize("cell", CELLS)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rnnlm import backend, native
+from rnnlm.errors import RnnlmError
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import loops_for
 
@@ -113,3 +114,68 @@ def test_pip_ninja_is_found_when_no_ninja_is_on_path(monkeypatch):
     native._put_pip_ninja_on_path()
     assert os.environ["PATH"].split(os.pathsep)[0] == ninja.BIN_DIR
     assert (Path(ninja.BIN_DIR) / "ninja").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The float32 GEMM: the rule, and that the compiled loops follow it
+
+RECORDED_RATES = {
+    # vendor: GFLOP/s of one 4096^2 float32 product through each library, measured side by side by
+    # benchmarks/speed.py (2 cores each). AMD EPYC (family 26, AVX-512), 2026-11-23: see reports/speed/.
+    "AuthenticAMD": {"mkl": 177.0, "onednn": 396.0},
+}
+
+
+@pytest.mark.parametrize("vendor", RECORDED_RATES)
+def test_the_rule_picks_the_faster_library_where_rates_were_recorded(vendor):
+    rates = RECORDED_RATES[vendor]
+    assert backend.choose_gemm(vendor, "", True, True) == max(rates, key=rates.get)
+
+
+def test_the_rule_keeps_mkl_on_intel_and_obeys_the_environment_and_the_build():
+    assert backend.choose_gemm("GenuineIntel", "", True, True) == "mkl"  # today's path there: nothing changes
+    assert backend.choose_gemm("HygonGenuine", "", True, True) == "onednn"
+    assert backend.choose_gemm("", "", True, True) == "onednn"  # vendor unknown: not Intel
+    assert backend.choose_gemm("GenuineIntel", "onednn", True, True) == "onednn"
+    assert backend.choose_gemm("AuthenticAMD", "mkl", True, True) == "mkl"
+    assert backend.choose_gemm("AuthenticAMD", "", True, False) == "mkl"  # no oneDNN in this build
+    assert backend.choose_gemm("GenuineIntel", "", False, True) == "onednn"  # no MKL in this build
+    with pytest.raises(RnnlmError, match="RNNLM_GEMM=blis: expected one of mkl, onednn"):
+        backend.choose_gemm("AuthenticAMD", "blis", True, True)
+
+
+def test_the_environment_variable_reaches_the_switch(monkeypatch):
+    monkeypatch.setenv("RNNLM_GEMM", "mkl")
+    assert backend.gemm_for(torch.device("cpu")) == "mkl"
+    monkeypatch.setenv("RNNLM_GEMM", "onednn")
+    assert backend.gemm_for(torch.device("cpu")) == "onednn"
+    assert backend.gemm_for(torch.device("meta")) is None
+
+
+@pytest.mark.parametrize("gemm", ["mkl", "onednn"])
+def test_the_compiled_loops_follow_the_chosen_gemm(gemm, monkeypatch):
+    """The switch reaches the C++ products: a float32 scan and a sampling step call the chosen
+    library's op (as the profiler sees them), and give the numbers of the float64 reference."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from rnnlm.models.cells import gru
+
+    monkeypatch.setattr(backend, "gemm_for", lambda device: gemm)
+    torch.manual_seed(0)
+    products, h0 = torch.randn(16, 8, 3 * 64), torch.randn(8, 64)
+    weight_hh, bias = torch.randn(3 * 64, 64) * 0.2, torch.randn(3 * 64)
+    loops = loops_for(CELLS["gru"], products)
+    assert native.compiled().gemm() == gemm
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        hs, _ = loops.forward(products.clone(), h0, weight_hh, bias, None)
+        loops.step(products[0], h0, weight_hh[: 2 * 64].T, weight_hh[2 * 64 :].T)
+    names = {event.name for event in prof.events()}
+    used = {"mkl": "mkl::_mkl_linear", "onednn": "mkldnn::_linear_pointwise"}
+    assert used[gemm] in names and all(op not in names for name, op in used.items() if name != gemm)
+    reference, _ = gru.forward(products.double(), h0.double(), weight_hh.double(), bias.double(), None)
+    torch.testing.assert_close(hs.double(), reference, rtol=1e-4, atol=1e-5)
+
+
+def test_an_unknown_gemm_is_refused_by_the_compiled_module():
+    with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
+        native.compiled().set_gemm("blis")

@@ -143,12 +143,12 @@ class CompiledStepper {
     State next;
     Tensor x;  // (B, H): the output of the layer below
     for (size_t l = 0; l < layers; ++l) {
-      const Tensor gates_x = l == 0 ? table_.index_select(0, tokens) : at::addmm(bias_[l - 1], x, input_t_[l - 1]);
+      const Tensor gates_x = l == 0 ? table_.index_select(0, tokens) : step_linear(bias_[l - 1], x, input_t_[l - 1]);
       next.push_back(layer_step_(gates_x, state.empty() ? zeros : state[l], hidden_t_[l]));
       x = next[l][0];
     }
     if (norm_weight_) x = at::layer_norm(x, {x.size(1)}, norm_weight_, norm_bias_, norm_eps_);
-    return {at::addmm(head_bias_, x, head_t_), next};
+    return {step_linear(head_bias_, x, head_t_), next};
   }
 
   // sampling.py's loop from the prompt's logits (N, V) and state: pick a token, step (carrying the

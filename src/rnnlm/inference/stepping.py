@@ -33,6 +33,7 @@ from rnnlm.models import state as states
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import LayerStep, loops_for
 from rnnlm.models.language_model import LanguageModel, RecurrentLM
+from rnnlm.models.products import linear
 from rnnlm.models.state import ModelState
 
 
@@ -79,7 +80,7 @@ class Stepper:
             new_state.append(layer_state)
         if self.norm is not None:
             x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
-        return torch.addmm(self.head_bias, x, self.head_t), tuple(new_state)
+        return linear(x, self.head_t.T, self.head_bias), tuple(new_state)
 
 
 def make_step(model: LanguageModel):

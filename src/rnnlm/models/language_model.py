@@ -17,6 +17,7 @@ from typing import Union
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rnnlm.models.products import linear
 from rnnlm.models.cells import LAYERS
 from rnnlm.errors import ParamsError, RnnlmError
 from rnnlm.params import ModelParams
@@ -94,11 +95,11 @@ class RecurrentLM(nn.Module):
                 x = self.between(x)
         if self.norm is not None:
             x = self.norm(x)
-        return self.head(x).transpose(0, 1), tuple(new_state)  # (B, T, V)
+        return linear(x, self.head.weight, self.head.bias).transpose(0, 1), tuple(new_state)  # (B, T, V)
 
     def first_layer_table(self) -> Tensor:
         """(V, G*H): row v is token v's embedding times the first layer's input matrix."""
-        return self.embedding.weight @ self.layers[0].cell.weight_ih.T
+        return linear(self.embedding.weight, self.layers[0].cell.weight_ih)
 
 
 LanguageModel = Union[RecurrentLM, WindowMLP]

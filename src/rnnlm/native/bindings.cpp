@@ -12,4 +12,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             "next token and the generation loop (Python twins: rnnlm/models/cells, rnnlm/inference)";
   for (const auto& [name, kernels] : rnnlm::cell_registry()) kernels.bind(m);
   rnnlm::bind_generation(m);
+  m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM of the products: 'mkl' or 'onednn'");
+  m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM the products use now");
+  m.def("onednn_t_addmm", &rnnlm::onednn_t_addmm, "a (M, N), b (M, K) -> c + a^T b (N, K), c updated in place");
 }

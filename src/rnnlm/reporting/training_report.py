@@ -2,7 +2,8 @@
 
 In:  the model's name and a `TrainResult`.
 Out: in one folder, written atomically and rewritten whole each time:
-  metrics.json  the final summary (losses in nats per token, time, speed, size, device)
+  metrics.json  the final summary (losses in nats per token, time, speed, size, device and
+                processor, the GEMM of the products)
   steps.tsv     one row per optimizer step: step, epoch, train_loss, lr, tokens_per_second
   epochs.tsv    one row per epoch: step, epoch, train_loss (mean), val_loss, lr, seconds
 """
@@ -32,6 +33,8 @@ def training_summary(name: str, result: TrainResult) -> dict[str, object]:
     return {
         "model": name,
         "device": result.device,
+        "processor": result.processor,
+        "gemm": result.gemm,
         "parameters": result.parameters,
         "epochs": len(epochs),
         "steps": len(result.history.steps),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import statistics
 import sys
 import time
@@ -33,6 +34,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from rnnlm import backend
 from rnnlm.atomic import atomic_path
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.device import device_for
@@ -99,6 +101,7 @@ class ResumeStore:
         self.path = None if folder is None else Path(folder) / f"{name}.pt"
         self.fingerprint = fingerprint
         self.device = device.type  # the device actually used: "auto" in params names none
+        self.gemm = products_gemm(device)  # another GEMM rounds otherwise: the run would not repeat itself
 
     def load(self) -> dict[str, Any] | None:
         if self.path is None or not self.path.is_file():
@@ -115,12 +118,16 @@ class ResumeStore:
             print(f"note: ignoring {self.path}: it was written by a run on {state.get('device')}, this one runs on "
                   f"{self.device}")
             return None
+        if state.get("gemm", self.gemm) != self.gemm:
+            print(f"note: ignoring {self.path}: its run's products went through {state.get('gemm')}, this one's "
+                  f"through {self.gemm}")
+            return None
         return state
 
     def save(self, state: dict[str, Any]) -> None:
         if self.path is not None:
             with atomic_path(self.path) as tmp:
-                torch.save({**state, "fingerprint": self.fingerprint, "device": self.device}, tmp)
+                torch.save({**state, "fingerprint": self.fingerprint, "device": self.device, "gemm": self.gemm}, tmp)
 
     def clear(self) -> None:
         if self.path is not None:
@@ -159,11 +166,25 @@ class _Run:
         return History(steps=saved["history_steps"], epochs=saved["history_epochs"]), saved["seconds"]
 
 
+def processor_name(device: torch.device) -> str:
+    """The model name of what runs on `device`: the GPU's on CUDA, else the CPU's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return backend.cpu_model() or platform.processor() or platform.machine()
+
+
+def products_gemm(device: torch.device) -> str:
+    """The library that runs the float32 matrix products on `device` (`rnnlm.backend.gemm_for`)."""
+    return backend.gemm_for(device) or ("cublas" if device.type == "cuda" else "aten")
+
+
 @dataclass
 class TrainResult:
     checkpoint: Checkpoint
     history: History
     device: str
+    gemm: str  # the library of the float32 matrix products: "mkl" or "onednn" on the CPU, "cublas" on CUDA
+    processor: str  # the CPU's or GPU's model name
     parameters: int
     seconds: float
 
@@ -259,4 +280,5 @@ def train(
         optimizer_state=optimizer.state_dict(),
     )
     store.clear()
-    return TrainResult(checkpoint, history, device.type, count_parameters(model), seconds)
+    return TrainResult(checkpoint, history, device.type, products_gemm(device), processor_name(device),
+                       count_parameters(model), seconds)

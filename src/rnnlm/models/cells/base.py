@@ -43,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from rnnlm import backend
+from rnnlm.models.products import linear, t_addmm, t_mm
 from rnnlm.models import state as states
 from rnnlm.models.state import LayerState
 
@@ -149,7 +150,7 @@ class RecurrentLayer(nn.Module):
 
     def input_products(self, x: Tensor) -> Tensor:
         """x (T, B, I) -> x W_ih^T (T, B, G*H) for every step in one product; the biases come in `scan`."""
-        return torch.matmul(x, self.cell.weight_ih.T)
+        return linear(x, self.cell.weight_ih)
 
     def scan(
         self, products: Tensor, state: LayerState | None = None, masks: Tensor | None = None
@@ -222,11 +223,11 @@ def state_weight_gradient(grad_gates: Tensor, h0: Tensor, hs: Tensor) -> Tensor:
     """Sum over steps of grad_gates[t]^T h_prev[t], h_prev = h0, hs[0], ..., hs[T-2]: (G', H).
     Two products instead of one, so that h0 and hs need not be copied into one array."""
     T, B, H = hs.shape
-    first = grad_gates[0].T @ h0  # (G', H)
+    first = t_mm(grad_gates[0], h0)  # (G', H)
     if T == 1:
         return first
     later = grad_gates[1:].reshape((T - 1) * B, -1)
-    return torch.addmm(first, later.T, hs[:-1].reshape((T - 1) * B, H))
+    return t_addmm(first, later, hs[:-1].reshape((T - 1) * B, H))
 
 
 def consumed(ctx, products: Tensor) -> Tensor:
@@ -278,7 +279,7 @@ class LayerStep:
 
     def gates_x(self, x: Tensor) -> Tensor:
         """Input-side products (B, G*H), biases included, from the layer below's output x (B, I)."""
-        return torch.addmm(self.bias, x, self.input_t)
+        return linear(x, self.input_t.T, self.bias)
 
     def step(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
         """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""

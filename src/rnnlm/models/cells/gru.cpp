@@ -140,7 +140,7 @@ Tensor gru_backward(
 Tensor gru_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t, const Tensor& n_t) {
   const Tensor gates_x = gates_x_in.contiguous(), h = h_in.contiguous();
   const int64_t B = h.size(0), H = h.size(1);
-  Tensor rz = at::mm(h, rz_t);  // (B, 2H), activated in place
+  Tensor rz = step_product(h, rz_t);  // (B, 2H), activated in place
   Tensor reset_h = at::empty_like(h);
   Tensor h_new = at::empty_like(h);
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "gru_step", [&] {
@@ -152,7 +152,7 @@ Tensor gru_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t
       scalar_t* rz_b = rz_p + b * 2 * H;  // the hidden-side products, activated in place
       gru_gates_row<scalar_t>(gx_p + b * 3 * H, nullptr, rz_b, rz_b, h_p + b * H, rh_p + b * H, H);
     });
-    Tensor hidden_n = at::mm(reset_h, n_t);  // (B, H)
+    Tensor hidden_n = step_product(reset_h, n_t);  // (B, H)
     const scalar_t* hn_p = hidden_n.data_ptr<scalar_t>();
     scalar_t* out_p = h_new.data_ptr<scalar_t>();
     for_rows(B, 3 * H, [&](int64_t b) {

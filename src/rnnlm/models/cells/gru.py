@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from rnnlm.models.products import t_mm
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,
@@ -169,7 +170,7 @@ class GRUScan(torch.autograd.Function):
         grad_weight_hh = torch.cat(
             [
                 state_weight_gradient(grad_gates[..., : 2 * H], h0, hs),
-                grad_gates[..., 2 * H :].reshape(T * B, H).T @ reset_h.view(T * B, H),
+                t_mm(grad_gates[..., 2 * H :].reshape(T * B, H), reset_h.view(T * B, H)),
             ]
         )
         grad_bias_ih = grad_gates.sum((0, 1))

@@ -5,43 +5,120 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
+
+// PyTorch's own oneDNN matrix product (aten/src/ATen/native/mkldnn/Matmul.cpp: result = beta result +
+// alpha mat1 mat2, operands row-major or transposed, exact float32 unless PyTorch is told otherwise);
+// exported by libtorch_cpu, its header not shipped.
+namespace at::native {
+TORCH_API void mkldnn_matmul(const Tensor& mat1, const Tensor& mat2, const Tensor& result, float beta, float alpha);
+}  // namespace at::native
+
 namespace rnnlm {
 
 namespace {
 
-// PyTorch's own ops for MKL's packed GEMM (what it uses for frozen nn.Linear layers on x86), looked
-// up once; absent from builds without MKL.
-struct PackedGemmOps {
-  c10::TypedOperatorHandle<Tensor(const Tensor&, int64_t)> reorder;
-  c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t)> linear;
+// PyTorch's own ops for MKL's and oneDNN's packed GEMM (what its CPU compiler uses for frozen
+// linear layers on x86), looked up once; either may be absent from a build.
+using Reorder = c10::TypedOperatorHandle<Tensor(const Tensor&, std::optional<int64_t>)>;
+using MklReorder = c10::TypedOperatorHandle<Tensor(const Tensor&, int64_t)>;
+using MklLinear =
+    c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t)>;
+using OnednnLinear = c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                                                     std::string_view, c10::List<std::optional<c10::Scalar>>,
+                                                     std::optional<std::string_view>)>;
+
+struct GemmOps {
+  std::optional<MklReorder> mkl_reorder;
+  std::optional<MklLinear> mkl_linear;
+  std::optional<Reorder> onednn_reorder;
+  std::optional<OnednnLinear> onednn_linear;
 };
 
-const PackedGemmOps* packed_gemm_ops() {
-  static const std::optional<PackedGemmOps> ops = []() -> std::optional<PackedGemmOps> {
+const GemmOps& gemm_ops() {
+  static const GemmOps ops = [] {
     auto& dispatcher = c10::Dispatcher::singleton();
-    auto reorder = dispatcher.findSchema({"mkl::_mkl_reorder_linear_weight", ""});
-    auto linear = dispatcher.findSchema({"mkl::_mkl_linear", ""});
-    if (!reorder || !linear) return std::nullopt;
-    return PackedGemmOps{
-        reorder->typed<Tensor(const Tensor&, int64_t)>(),
-        linear->typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t)>()};
+    GemmOps found;
+    auto mkl_reorder = dispatcher.findSchema({"mkl::_mkl_reorder_linear_weight", ""});
+    auto mkl_linear = dispatcher.findSchema({"mkl::_mkl_linear", ""});
+    if (mkl_reorder && mkl_linear) {
+      found.mkl_reorder = mkl_reorder->typed<Tensor(const Tensor&, int64_t)>();
+      found.mkl_linear =
+          mkl_linear->typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t)>();
+    }
+    auto onednn_reorder = dispatcher.findSchema({"mkldnn::_reorder_linear_weight", ""});
+    auto onednn_linear = dispatcher.findSchema({"mkldnn::_linear_pointwise", ""});
+    if (onednn_reorder && onednn_linear) {
+      found.onednn_reorder = onednn_reorder->typed<Tensor(const Tensor&, std::optional<int64_t>)>();
+      found.onednn_linear = onednn_linear->typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                                                        std::string_view, c10::List<std::optional<c10::Scalar>>,
+                                                        std::optional<std::string_view>)>();
+    }
+    return found;
   }();
-  return ops ? &*ops : nullptr;
+  return ops;
+}
+
+// x (B, K) W^T (+ bias) through oneDNN, W (N, K) plain or packed by onednn_reorder.
+Tensor onednn_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  return gemm_ops().onednn_linear->call(x, weight, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
+}
+
+std::atomic<Gemm> chosen_gemm{Gemm::mkl};
+
+bool use_onednn(const Tensor& x) {
+  return chosen_gemm.load() == Gemm::onednn && x.scalar_type() == at::kFloat && gemm_ops().onednn_linear;
 }
 
 }  // namespace
 
-StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps) : weight_(weight), batch_(batch) {
-  const PackedGemmOps* ops = packed_gemm_ops();
-  if (ops && weight.scalar_type() == at::kFloat && steps >= kMinStepsToPack) {
+Gemm gemm() { return chosen_gemm.load(); }
+
+void set_gemm(const std::string& name) {
+  TORCH_CHECK(name == "mkl" || name == "onednn", "unknown GEMM ", name, "; expected mkl or onednn");
+  TORCH_CHECK(name == "mkl" || gemm_ops().onednn_linear, "this PyTorch has no oneDNN linear op");
+  chosen_gemm.store(name == "onednn" ? Gemm::onednn : Gemm::mkl);
+}
+
+std::string gemm_name() { return chosen_gemm.load() == Gemm::onednn ? "onednn" : "mkl"; }
+
+StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps)
+    : weight_(weight), batch_(batch), onednn_(use_onednn(weight)) {
+  const GemmOps& ops = gemm_ops();
+  if (weight.scalar_type() != at::kFloat) return;
+  if (onednn_) {
+    weight_ = weight.contiguous();  // (N, K); the scans' backward passes transposed views
+    if (steps >= kMinStepsToPack) packed_ = ops.onednn_reorder->call(weight_, batch_);
+  } else if (ops.mkl_reorder && steps >= kMinStepsToPack) {
     weight_ = weight.contiguous();
-    packed_ = ops->reorder.call(weight_, batch_);
+    packed_ = ops.mkl_reorder->call(weight_, batch_);
   }
 }
 
 Tensor StepProduct::operator()(const Tensor& x) const {
-  if (packed_.defined()) return packed_gemm_ops()->linear.call(x, packed_, weight_, std::nullopt, batch_);
+  // oneDNN needs dense rows: the backward passes slices of the gates, whose rows are wider than them.
+  if (onednn_) return onednn_linear(x.contiguous(), packed_.defined() ? packed_ : weight_, std::nullopt);
+  if (packed_.defined()) return gemm_ops().mkl_linear->call(x, packed_, weight_, std::nullopt, batch_);
   return at::mm(x, weight_.t());
+}
+
+static bool large_enough(const Tensor& x, const Tensor& w_t) { return x.size(0) * w_t.size(0) * w_t.size(1) >= kMinOnednnMacs; }
+
+Tensor step_product(const Tensor& x, const Tensor& w_t) {
+  return use_onednn(x) && large_enough(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), std::nullopt) : at::mm(x, w_t);
+}
+
+Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t) {
+  return use_onednn(x) && large_enough(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), bias) : at::addmm(bias, x, w_t);
+}
+
+Tensor onednn_t_addmm(const std::optional<Tensor>& c, const Tensor& a, const Tensor& b) {
+  TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat, "onednn_t_addmm: float32 only");
+  Tensor out = c ? *c : at::empty({a.size(1), b.size(1)}, a.options());
+  TORCH_CHECK(out.is_contiguous(), "onednn_t_addmm: c must be contiguous: it is written in place");
+  // a.contiguous(): a slice of the gates has rows wider than itself; dense, its transpose is read in place.
+  at::native::mkldnn_matmul(a.contiguous().t(), b.contiguous(), out, c ? 1.0f : 0.0f, 1.0f);
+  return out;
 }
 
 std::map<std::string, CellKernels>& cell_registry() {

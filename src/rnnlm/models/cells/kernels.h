@@ -9,8 +9,9 @@
 // - each step's elementwise work is one pass over the step's rows (where the Python loop makes five
 //   to ten ATen calls), with ATen's vectorised exp/tanh (at::vec::Vectorized, the code behind
 //   torch.sigmoid and torch.tanh) and at::parallel_for over the batch rows;
-// - the hidden-side products, one matrix used at all T steps, go through MKL's packed GEMM for
-//   float32 when the sequence is long enough (StepProduct).
+// - the matrix products go through the float32 GEMM that rnnlm.backend chose for this machine
+//   (MKL or oneDNN, both exact float32; set_gemm below), the hidden-side one of a scan packed once
+//   per sequence into the GEMM's own layout (StepProduct).
 //
 // Shapes: T steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
 
@@ -107,11 +108,21 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 
 // ---------------------------------------------------------------- products
 
-// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32 with
-// MKL and a sequence long enough to repay it, W is reordered once into MKL's packed layout (about
-// the cost of two products; PyTorch's own op for frozen nn.Linear layers on x86) and each product
-// reuses it; otherwise (float64, builds without MKL, a prompt of a few tokens, a one-token window of
-// the evaluation) a plain at::mm on W as it is.
+// Which library runs the float32 matrix products (float64 always runs ATen's own, MKL's where it is
+// built): the choice of rnnlm.backend.gemm_for, told to this module by set_gemm when it hands out
+// the compiled loops. PyTorch ships both; MKL does not use AVX-512 on AMD processors, oneDNN does.
+enum class Gemm { mkl, onednn };
+
+// The process's choice (MKL until set).
+Gemm gemm();
+void set_gemm(const std::string& name);  // "mkl" or "onednn"
+std::string gemm_name();
+
+// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32, W is
+// reordered once into the chosen GEMM's packed layout (about the cost of two products; the ops
+// PyTorch's own CPU compiler uses for frozen linear layers) when the sequence is long enough to
+// repay it, and each product reuses it; otherwise (float64, a prompt of a few tokens, a one-token
+// window of the evaluation) W is used as it is.
 class StepProduct {
  public:
   static constexpr int64_t kMinStepsToPack = 4;
@@ -122,7 +133,20 @@ class StepProduct {
  private:
   Tensor weight_, packed_;
   int64_t batch_;
+  bool onednn_;
 };
+
+// One product of the sampling step, x (B, K) times w_t (K, N), a transposed view of a weight
+// (N, K): through oneDNN when chosen (float32) and the product has at least kMinOnednnMacs
+// multiply-adds, else at::mm. With `bias` (N): plus the bias. A small product is latency-bound:
+// oneDNN's call costs about 15 us on its own, MKL's a few (at batch 1 the two cross near 2^19).
+constexpr int64_t kMinOnednnMacs = int64_t{1} << 19;
+Tensor step_product(const Tensor& x, const Tensor& w_t);
+Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t);
+
+// a (M, N), b (M, K) -> a^T b (N, K) through oneDNN's matmul, which reads a transposed operand in
+// place (PyTorch's linear op copies it first); with `c` (N, K): c += a^T b, in place. float32 only.
+Tensor onednn_t_addmm(const std::optional<Tensor>& c, const Tensor& a, const Tensor& b);
 
 // ---------------------------------------------------------------- the registry of cells
 

@@ -128,7 +128,7 @@ std::tuple<Tensor, Tensor> lstm_backward(
 std::tuple<Tensor, Tensor> lstm_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& c_in, const Tensor& hh_t) {
   const Tensor gates_x = gates_x_in.contiguous(), c = c_in.contiguous();
   const int64_t B = c.size(0), H = c.size(1);
-  Tensor hidden = at::mm(h_in, hh_t);  // (B, 4H)
+  Tensor hidden = step_product(h_in, hh_t);  // (B, 4H)
   Tensor h_new = at::empty_like(c), c_new = at::empty_like(c);
   AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), "lstm_step", [&] {
     const scalar_t* gx_p = gates_x.data_ptr<scalar_t>();

@@ -1,0 +1,96 @@
+"""The models' large matrix products, through the float32 GEMM that `rnnlm.backend.gemm_for` chooses.
+
+The products over all T*B rows of a sequence (each layer's input products, the output layer, and in
+the backward pass their gradients and the hidden-side weight gradients) are most of a training
+step's work. PyTorch's `torch.mm` runs float32 through MKL, which does not use AVX-512 on AMD
+processors; oneDNN, which PyTorch also ships, does (about 2.2x MKL's rate there, measured by
+`benchmarks/speed.py`). Where the switch says "onednn" and the tensors are float32 on the CPU, the
+functions here call oneDNN's linear op (`torch.ops.mkldnn._linear_pointwise`: exact float32, no
+reduced-precision math); everywhere else (MKL chosen, float64, CUDA) they are exactly the ATen
+expressions the model used before, so results there do not change by a bit.
+
+In:  `linear(x (..., K), weight (N, K), bias (N) or None)` -> x W^T + b (..., N), with autograd;
+     `t_mm(a (M, N), b (M, K))` -> a^T b (N, K) and `t_addmm(c, a, b)` -> c + a^T b, for the
+     hand-written backward passes (no autograd).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rnnlm import backend
+
+_onednn_linear = torch.ops.mkldnn._linear_pointwise
+
+
+def _dense(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x (M, K) W^T (+ b) through oneDNN. Each operand must be dense, row- or column-major (W may be
+    a transposed view): a wider row stride makes oneDNN fall back to a reference kernel, many times
+    slower, so any other layout is copied first."""
+    return _onednn_linear(_dense_layout(x), _dense_layout(weight), bias, "none", [], "")
+
+
+def _dense_layout(t: Tensor) -> Tensor:
+    return t if t.is_contiguous() or t.t().is_contiguous() else t.contiguous()
+
+
+MIN_ONEDNN_MACS = 2**19
+"""Products with fewer multiply-adds stay on ATen's GEMM even where oneDNN is chosen: a small
+product is latency-bound, and oneDNN's call costs about 15 us on its own, MKL's a few (at batch 1
+the two cross near 2^19). The compiled sampling step applies the same rule (kernels.h)."""
+
+
+def uses_onednn(tensor: Tensor, macs: int = MIN_ONEDNN_MACS) -> bool:
+    """Whether a product of `macs` multiply-adds on `tensor` (float32 on the CPU, with oneDNN
+    chosen) runs through oneDNN."""
+    return tensor.dtype == torch.float32 and macs >= MIN_ONEDNN_MACS and backend.gemm_for(tensor.device) == "onednn"
+
+
+class _OnednnLinear(torch.autograd.Function):
+    """x (M, K) W^T + b through oneDNN, and its gradients through oneDNN too."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _dense(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = _dense(grad, weight.t()) if ctx.needs_input_grad[0] else None  # (M, K) = grad W
+        grad_weight = t_mm(grad, x) if ctx.needs_input_grad[1] else None  # (N, K) = grad^T x
+        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three."""
+    if not uses_onednn(x, x.numel() * weight.shape[0]):
+        return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
+    out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def t_mm(a: Tensor, b: Tensor) -> Tensor:
+    """a (M, N), b (M, K) -> a^T b (N, K): a weight gradient summed over M rows."""
+    if not uses_onednn(a):
+        return a.T @ b
+    compiled = backend.compiled_for(a.device)
+    if compiled is not None:  # oneDNN's matmul reads a^T in place
+        return compiled.onednn_t_addmm(None, a, b)
+    # Through the linear op, which copies a transposed input: (K, N) = b^T a, then transposed.
+    return _dense(b.contiguous().t(), a.contiguous().t()).t().contiguous()
+
+
+def t_addmm(c: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """c (N, K) + a^T b, a (M, N), b (M, K); c may be overwritten with the result."""
+    if not uses_onednn(a):
+        return torch.addmm(c, a.T, b)
+    compiled = backend.compiled_for(a.device)
+    if compiled is not None:
+        return compiled.onednn_t_addmm(c.contiguous(), a, b)
+    return t_mm(a, b).add_(c)

@@ -7,26 +7,18 @@ from __future__ import annotations
 import csv
 import json
 
-import pandas as pd
 import yaml
 
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.evaluation.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.params import parse_params
-from rnnlm.reporting import study
+from rnnlm.reporting import study_report
 from rnnlm.reporting.generation_markdown import to_markdown
 from rnnlm.reporting.generation_run import run_generations
 from tests.conftest import REPO_ROOT, synthetic_play
 
 RESET_EVERY = [1, 4, 16]
-
-
-def _flat(prefix: str, value) -> dict:
-    """metrics.json flattened as `dvc exp show` names its columns (a.b.c)."""
-    if isinstance(value, dict):
-        return {k: v for key, sub in value.items() for k, v in _flat(f"{prefix}.{key}" if prefix else key, sub).items()}
-    return {prefix: value}
 
 
 def _plot_columns() -> list[str]:
@@ -68,11 +60,13 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     assert "| k | 1 | 4 | 16 | never |" in report
 
     # the study report reads the intervals the run measured
-    record = {"params.yaml:model": "astra_alpha", "train.steps_scale": 1.0, "rev": "abc1234", "typ": "baseline",
-              "Experiment": None, "State": None, **_flat("", metrics)}
-    rows = study.study_rows(pd.DataFrame([record]), ["astra_alpha"])
-    assert [c for c in rows.columns if c.startswith("reset_")] == ["reset_1", "reset_4", "reset_16", "reset_never"]
-    assert rows.iloc[0]["reset_4"] == metrics["reset_curve_bpc"]["4"]
-    study.write_figure(rows, tmp_path / "study.png")
+    folder = tmp_path / "study/astra_alpha"
+    folder.mkdir(parents=True)
+    write_metrics(metrics, folder / "metrics.json")
+    (folder / "train_metrics.json").write_text(json.dumps({"model": "astra_alpha", "device": "cpu", "steps": 10}))
+    (folder / "provenance.json").write_text(json.dumps({"model": "astra_alpha", "steps_scale": 1.0, "rev": "0" * 40}))
+    runs = study_report.report(tmp_path / "study", tmp_path / "study.md", tmp_path / "study.png",
+                               str(REPO_ROOT / "params.yaml"))
+    assert study_report._reset_curve(runs[0])[0] == ["1", "4", "16", "never"]
     assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| astra_alpha |" in study.to_markdown(rows)
+    assert "| [astra_alpha](study/astra_alpha/generations.md) |" in (tmp_path / "study.md").read_text()

@@ -1,107 +1,195 @@
-"""The study report from hand-made experiment records, and the commands `study run` queues."""
+"""The study across models: `collect` from runs kept in git, `report` from the folders alone, and
+the commands `run` queues."""
 
 from __future__ import annotations
 
-import math
+import json
+import shutil
+import subprocess
+from pathlib import Path
 
-import pandas as pd
 import pytest
+import yaml
 
 from rnnlm import study as study_command
-from rnnlm.reporting import study
 from rnnlm.errors import RnnlmError
+from rnnlm.reporting import study_collect, study_queue, study_report
+from tests.conftest import REPO_ROOT
 
-RESET_POINTS = ("1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "never")
-CURVE = dict(zip(RESET_POINTS, [3.8, 3.4, 3.0, 2.7, 2.6, 2.5, 2.45, 2.42, 2.41, 2.40, 2.40, 2.40]))
-
-
-def _record(model, scale, stateful, *, experiment=None, rev="abc1234", typ="baseline", state=None, seconds=100.0):
-    """One row as `dvc.api.exp_show` gives it (the keys that matter here)."""
-    row = {
-        "Experiment": experiment, "rev": rev, "typ": typ, "State": state,
-        "params.yaml:model": model, "train.steps_scale": scale, "tokens": "char",
-        "parameters": 1000, "steps": 20, "device": "cpu", "seconds": seconds, "val_loss": 1.7,
-        "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59, "context_horizon": 16,
-        "text.stateless.known_word_share": 0.4, "text.stateful.known_word_share": 0.8,
-        "text.stateless.repeated_4gram_share": 0.2, "text.stateful.repeated_4gram_share": 0.1,
-    }
-    row.update({f"reset_curve_bpc.{k}": v for k, v in CURVE.items()})
-    return row
+MODELS = ["alpha", "beta", "gamma"]
 
 
-def _records():
-    """exp_show order: workspace, then each commit newest first followed by its experiments."""
-    return pd.DataFrame([
-        _record("alpha", 1.0, 2.39, rev="workspace"),
-        _record("alpha", 1.0, 2.39, rev="main"),  # HEAD commit: alpha's old committed numbers
-        _record("alpha", 1.0, 2.40, experiment="new-alpha", rev="1111111", typ="branch_commit", state="Success"),
-        _record("beta", 0.01, 3.81, experiment="quick-beta", rev="2222222", typ="branch_commit", state="Success"),
-        _record("beta", 0.01, None, experiment="running-beta", rev="3333333", typ="branch_commit", state="Running"),
-        _record("gamma", 0.01, 9.99, experiment="broken", rev="4444444", typ="branch_commit", state="Failed"),
-        _record("beta", 0.01, 3.90, rev="0ld0ld0"),  # an older commit: older than quick-beta
-    ])
+def _git(repo: Path, *args: str, env: dict | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout
 
 
-def test_rows_keep_the_newest_finished_run_and_list_missing_models():
-    rows = study.study_rows(_records(), ["alpha", "beta", "gamma", "delta"])
-    assert list(rows["model"]) == ["alpha", "beta", "gamma", "delta"]
-    alpha, beta, gamma, delta = (rows.iloc[i] for i in range(4))
-    assert alpha["stateful_bpc"] == 2.40 and alpha["source"] == "new-alpha (1111111)"  # not its commit
-    assert beta["stateful_bpc"] == 3.81 and beta["source"] == "quick-beta (2222222)"  # not running, not older
-    assert gamma["source"] == study.MISSING  # its only run failed
-    assert delta["source"] == study.MISSING and math.isnan(delta["stateful_bpc"])
-    assert beta["reset_1"] == 3.8 and beta["reset_never"] == 2.40
+def _metrics(model: str, stateful: float) -> dict:
+    return {"model": model, "tokens": "char", "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59,
+            "context_horizon": 8, "context_carried_bpc": 2.4, "context_curve_bpc": {"1": 3.6, "8": 2.41},
+            "reset_curve_bpc": {"1": 3.75, "4": 3.0, "never": stateful},
+            "text": {"stateless": {"known_word_share": 0.4, "repeated_4gram_share": 0.2},
+                     "stateful": {"known_word_share": 0.8, "repeated_4gram_share": 0.1}}}
 
 
-def test_one_model_at_two_scales_gives_two_rows():
-    records = pd.concat([_records(), pd.DataFrame([_record("alpha", 0.01, 3.0, experiment="quick-alpha",
-                                                               rev="5555555", typ="branch_commit", state="Success")])])
-    rows = study.study_rows(records, ["alpha"])
-    # models that params.yaml no longer lists still show, after the listed ones
-    assert list(zip(rows["model"], rows["steps_scale"])) == [("alpha", 0.01), ("alpha", 1.0), ("beta", 0.01)]
+def _write_run(repo: Path, model: str, scale: float, stateful: float) -> None:
+    """The workspace as a finished `dvc repro` of `model` leaves it (the files collect reads)."""
+    (repo / "reports/train").mkdir(parents=True, exist_ok=True)
+    (repo / "reports/plots").mkdir(parents=True, exist_ok=True)
+    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "train": {"steps_scale": scale}}))
+    train = {"model": model, "device": "cpu", "processor": "Test CPU", "gemm": "onednn", "parameters": 1000,
+             "steps": 20, "val_loss": 1.7, "best_val_loss": 1.69, "seconds": 12.5}
+    (repo / "reports/train/metrics.json").write_text(json.dumps(train))
+    for name in ("epochs.tsv", "steps.tsv"):
+        (repo / "reports/train" / name).write_text("step\tval_loss\n1\t1.7\n")
+    (repo / "reports/metrics.json").write_text(json.dumps(_metrics(model, stateful)))
+    for name in ("reset_curve.csv", "context_curve.csv"):
+        (repo / "reports/plots" / name).write_text("k,bpc\n1,3.7\n")
+    (repo / "reports/generations.json").write_text("{}")
+    (repo / "reports/generations.md").write_text(f"# Generations: {model} {stateful}\n")
 
 
-def test_markdown_shows_missing_as_missing_not_zero():
-    text = study.to_markdown(study.study_rows(_records(), ["alpha", "beta", "delta"]))
-    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "not run yet" in lines["delta"] and " 0 " not in lines["delta"] and "—" in lines["delta"]
-    assert "**2.400**" in lines["alpha"] and "new-alpha (1111111)" in lines["alpha"]
-    assert "20 (1)" in lines["alpha"] and "3.750" in lines["alpha"] and "0.40 / 0.80" in lines["alpha"]
+def _commit(repo: Path, message: str, date: str) -> str:
+    env = {"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date, "HOME": str(repo), "PATH": "/usr/bin:/bin"}
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", message, env=env)
+    return _git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_figure_is_a_png(tmp_path):
-    path = tmp_path / "study.png"
-    study.write_figure(study.study_rows(_records(), ["alpha", "beta", "delta"]), path)
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["study.png"]  # no temporary file left behind
+def _experiment(repo: Path, name: str, model: str, scale: float, stateful: float, date: str) -> str:
+    """A commit on top of HEAD kept only under refs/exps/, as `dvc exp run` (or `dvc exp pull`) leaves one."""
+    baseline = _git(repo, "rev-parse", "HEAD").strip()
+    _write_run(repo, model, scale, stateful)
+    rev = _commit(repo, name, date)
+    _git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}", rev)
+    _git(repo, "reset", "-q", "--hard", baseline)
+    return rev
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "-q")
+    _write_run(root, "alpha", 1.0, 2.50)
+    _commit(root, "alpha, committed", "2026-01-01T10:00:00+00:00")
+    return root
+
+
+def test_collect_takes_each_models_newest_run_and_keeps_quick_runs_apart(repo):
+    _experiment(repo, "new-alpha", "alpha", 1.0, 2.40, "2026-01-02T10:00:00+00:00")
+    _experiment(repo, "old-alpha", "alpha", 1.0, 2.60, "2025-12-31T10:00:00+00:00")
+    _experiment(repo, "quick-alpha", "alpha", 0.01, 3.90, "2026-01-03T10:00:00+00:00")
+    beta = _experiment(repo, "beta-run", "beta", 1.0, 2.20, "2026-01-02T11:00:00+00:00")
+    out = repo / "reports/study"
+    said = study_collect.collect(repo, out)
+    assert sorted(p.name for p in out.iterdir()) == ["alpha", "beta", "quick"]
+    alpha = json.loads((out / "alpha/provenance.json").read_text())
+    assert alpha["experiment"] == "new-alpha" and alpha["steps_scale"] == 1.0  # not the quick one, though newer
+    assert json.loads((out / "alpha/metrics.json").read_text())["stateful_bpc"] == 2.40
+    assert json.loads((out / "quick/alpha/metrics.json").read_text())["stateful_bpc"] == 3.90
+    provenance = json.loads((out / "beta/provenance.json").read_text())
+    assert provenance | {"commit": None} == {
+        "model": "beta", "steps_scale": 1.0, "experiment": "beta-run", "rev": beta, "commit": None,
+        "date": "2026-01-02T11:00:00+00:00", "device": "cpu", "processor": "Test CPU", "gemm": "onednn",
+        "train_seconds": 12.5, "made_by": "python -m rnnlm.study collect"}
+    assert provenance["commit"] == _git(repo, "rev-parse", "HEAD").strip()  # the commit it was run from
+    assert {p.name for p in (out / "beta").iterdir()} == {*study_collect.FOLDER, "provenance.json"}
+    assert any("quick" in line for line in said)
+    assert not list(out.rglob(".*"))  # no temporary folder left behind
+    again = study_collect.collect(repo, out)
+    assert all("up to date" in line for line in again), again
+
+
+def test_collect_never_replaces_a_newer_run_with_an_older_one(repo):
+    out = repo / "reports/study"
+    (out / "alpha").mkdir(parents=True)
+    (out / "alpha/provenance.json").write_text(json.dumps({"date": "2026-06-01T00:00:00+00:00", "device": "cuda"}))
+    said = study_collect.collect(repo, out)
+    assert "kept the newer run" in said[0]
+    assert sorted(p.name for p in (out / "alpha").iterdir()) == ["provenance.json"]
+
+
+def test_collect_reads_committed_runs_and_refuses_a_folder_that_is_no_repository(repo, tmp_path):
+    out = tmp_path / "study"
+    study_collect.collect(repo, out)
+    assert json.loads((out / "alpha/provenance.json").read_text())["experiment"] is None  # the branch's commit
+    with pytest.raises(RnnlmError, match="not a git repository"):
+        study_collect.collect(tmp_path / "nowhere", out)
+
+
+def _folders(repo: Path) -> Path:
+    _experiment(repo, "beta-run", "beta", 1.0, 2.20, "2026-01-02T11:00:00+00:00")
+    _experiment(repo, "quick-gamma", "gamma", 0.01, 3.90, "2026-01-03T10:00:00+00:00")
+    study_collect.collect(repo, repo / "reports/study")
+    params = repo / "params-all.yaml"
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    raw["models"] = {m: raw["models"]["astra_alpha"] for m in MODELS}
+    raw["model"] = "alpha"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return params
+
+
+def test_report_reads_the_folders_alone(repo):
+    params = _folders(repo)
+    reports = repo / "reports"
+    runs = study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
+    assert sorted((r.model, r.quick) for r in runs) == [("alpha", False), ("beta", False), ("gamma", True)]
+    text = (reports / "study.md").read_text()
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| [") or line.startswith("| gamma")}
+    assert "**2.500**" in rows["| [alpha](study/alpha/generations.md)"] and "cpu: Test CPU" in text
+    assert "1.700 / 1.690" in rows["| [beta](study/beta/generations.md)"]
+    assert "not run yet" in rows["| gamma"]  # no full-scale run: listed, not zero
+    assert "## Quick runs" in text and "[gamma](study/quick/gamma/generations.md)" in text
+    assert (reports / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    first = (reports / "study.md").read_bytes(), (reports / "study.png").read_bytes()
+    shutil.rmtree(repo / ".git")  # nothing but the folders is read
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
+    assert ((reports / "study.md").read_bytes(), (reports / "study.png").read_bytes()) == first
+
+
+def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
+    with pytest.raises(RnnlmError, match="no study folders; run `python -m rnnlm.study collect` first"):
+        study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
+    (tmp_path / "alpha").mkdir()
+    with pytest.raises(RnnlmError, match="no train_metrics.json; expected a folder written by `study collect`"):
+        study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
+    assert not (tmp_path / "s.md").exists()
+
+
+def test_the_committed_study_report_rebuilds_byte_for_byte(tmp_path):
+    """What a fresh clone gets from `python -m rnnlm.study report`: the committed reports/study.md."""
+    markdown = tmp_path / "reports/study.md"
+    markdown.parent.mkdir()
+    shutil.copytree(REPO_ROOT / "reports/study", tmp_path / "reports/study")
+    study_report.report(tmp_path / "reports/study", markdown, tmp_path / "reports/study.png",
+                        str(REPO_ROOT / "params.yaml"))
+    assert markdown.read_text() == (REPO_ROOT / "reports/study.md").read_text()
+
+
+def test_the_readmes_study_table_is_the_one_report_writes(tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO_ROOT / "README.md", readme)
+    runs = study_report.load_runs(REPO_ROOT / "reports/study")
+    study_report.update_readme(readme, runs, list(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["models"]))
+    assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
+    assert "[astra_alpha](reports/study/astra_alpha/generations.md)" in readme.read_text()
+    (tmp_path / "other.md").write_text("no markers\n")
+    with pytest.raises(RnnlmError, match="no study table markers"):
+        study_report.update_readme(tmp_path / "other.md", runs, ["astra_alpha"])
 
 
 def test_queue_commands_set_model_and_scale():
-    assert study.queue_commands(["astra_beta", "leviathan"], 0.01) == [
+    assert study_queue.queue_commands(["astra_beta", "leviathan"], 0.01) == [
         ["dvc", "exp", "run", "--queue", "-S", "model=astra_beta", "-S", "train.steps_scale=0.01"],
         ["dvc", "exp", "run", "--queue", "-S", "model=leviathan", "-S", "train.steps_scale=0.01"],
     ]
 
 
-def test_unknown_model_and_bad_scale_are_refused_before_anything_is_queued(tmp_path, monkeypatch):
-    from tests.conftest import REPO_ROOT
-
+def test_unknown_model_and_bad_scale_are_refused_before_anything_is_queued(monkeypatch):
     calls = []
-    monkeypatch.setattr(study, "_dvc", lambda command: calls.append(command) or "")
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")
     with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
-        study.run(["astra_alpha", "nosuch"], 1.0, wait=False, params_path=str(REPO_ROOT / "params.yaml"))
+        study_queue.run(["astra_alpha", "nosuch"], 1.0, wait=False, params_path=str(REPO_ROOT / "params.yaml"))
     with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
         study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []
-
-
-def test_context_curves_become_each_runs_excess_over_its_carried_state(tmp_path):
-    records = _records()
-    records["context_carried_bpc"] = "2.0"  # exp_show gives strings for some columns
-    records["context_curve_bpc.1"] = "3.0"
-    records["context_curve_bpc.8"] = "2.02"
-    assert study.context_lengths(records) == [1, 8]
-    rows = study.study_rows(records, ["alpha", "beta"])
-    assert rows.iloc[0]["context_1"] == 0.5 and rows.iloc[0]["context_8"] == pytest.approx(0.01)
-    study.write_figure(rows, tmp_path / "study.png")
-    assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

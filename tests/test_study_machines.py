@@ -1,0 +1,63 @@
+"""The study on more than one machine, the DVC way: each machine is a clone that trains its model as
+an experiment and pushes it (`dvc exp push origin`, outputs and run cache to the DVC remote); the
+collecting clone pulls them (`dvc exp pull origin`) and builds the study from them. A bare git
+repository stands for the shared git server, a local folder for the DVC remote."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play
+
+
+def _tiny(params: dict) -> None:
+    params["tokenizer"]["vocab_size"] = 100
+    params["train"].update({"batch_size": 4, "seq_len": 16, "device": "cpu"})
+    params["evaluate"].update({"context_targets": 100, "context_lengths": [1, 2, 4, 8]})
+    params["generate"].update({"max_new_tokens": 10})
+    for name in ("astra_alpha", "rnn_alpha"):
+        params["models"][name].update({"embd": 8, "hidden": 12, "layers": 1, "epochs": 2, "steps_per_epoch": 3})
+
+
+def _clone(origin, path):
+    run(["git", "clone", "-q", str(origin), str(path)], path.parent)
+    run(["git", "config", "user.email", "test@example.invalid"], path)
+    run(["git", "config", "user.name", "test"], path)
+    return path
+
+
+def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
+    origin, storage = tmp_path / "origin.git", tmp_path / "dvc-storage"
+    run(["git", "init", "-q", "--bare", str(origin)], tmp_path)
+    seed = make_dvc_repo(tmp_path / "seed", synthetic_play(20_000), _tiny)
+    run(["dvc", "remote", "add", "-d", "team", str(storage)], seed)
+    run(["git", "add", "-A"], seed)
+    run(["git", "commit", "-qm", "the team's DVC remote"], seed)
+    run(["git", "push", "-q", str(origin), "HEAD:main"], seed)
+
+    # Each machine: a clone that trains one model as an experiment and shares it.
+    for machine, model in (("machine-a", "astra_alpha"), ("machine-b", "rnn_alpha")):
+        clone = _clone(origin, tmp_path / machine)
+        run(["dvc", "exp", "run", "--pull", "--allow-missing", "-n", f"{model}-run", "-S", f"model={model}"], clone)
+        run(["dvc", "exp", "push", "--run-cache", "origin", f"{model}-run"], clone)
+    assert (storage / "runs").is_dir()  # the run cache went to the DVC remote with the experiments
+
+    collector = _clone(origin, tmp_path / "collector")
+    remote_exps = run(["git", "ls-remote", str(origin), "refs/exps/*"], collector).stdout
+    assert "astra_alpha-run" in remote_exps and "rnn_alpha-run" in remote_exps
+    run(["dvc", "exp", "pull", "origin", "astra_alpha-run", "rnn_alpha-run"], collector)
+    env = {"PYTHONPATH": str(REPO_ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    said = run([sys.executable, "-m", "rnnlm.study", "collect"], collector, env=env).stdout
+    assert "astra_alpha: wrote" in said and "rnn_alpha: wrote" in said
+    for model in ("astra_alpha", "rnn_alpha"):
+        provenance = json.loads((collector / f"reports/study/{model}/provenance.json").read_text())
+        assert provenance["experiment"] == f"{model}-run" and provenance["device"] == "cpu"
+        metrics = json.loads((collector / f"reports/study/{model}/metrics.json").read_text())
+        assert metrics["model"] == model and metrics["stateful_bpc"] > 0
+    run([sys.executable, "-m", "rnnlm.study", "report", "--readme", ""], collector, env=env)
+    table = (collector / "reports/study.md").read_text()
+    assert "[astra_alpha](study/astra_alpha/generations.md)" in table
+    assert "[rnn_alpha](study/rnn_alpha/generations.md)" in table
+    assert "experiment astra_alpha-run" in table and "experiment rnn_alpha-run" in table

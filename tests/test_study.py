@@ -169,7 +169,8 @@ def test_the_committed_study_report_rebuilds_byte_for_byte(tmp_path):
 def test_the_readmes_study_table_is_the_one_report_writes(tmp_path):
     readme = tmp_path / "README.md"
     shutil.copy(REPO_ROOT / "README.md", readme)
-    runs = study_report.load_runs(REPO_ROOT / "reports/study")
+    shutil.copytree(REPO_ROOT / "reports/study", tmp_path / "reports/study")  # the links are relative to the README
+    runs = study_report.load_runs(tmp_path / "reports/study")
     study_report.update_readme(readme, runs, list(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["models"]))
     assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
     assert "[astra_alpha](reports/study/astra_alpha/generations.md)" in readme.read_text()

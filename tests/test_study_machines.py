@@ -30,7 +30,7 @@ def _clone(origin, path):
 
 def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
     origin, storage = tmp_path / "origin.git", tmp_path / "dvc-storage"
-    run(["git", "init", "-q", "--bare", str(origin)], tmp_path)
+    run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], tmp_path)
     seed = make_dvc_repo(tmp_path / "seed", synthetic_play(20_000), _tiny)
     run(["dvc", "remote", "add", "-d", "team", str(storage)], seed)
     run(["git", "add", "-A"], seed)

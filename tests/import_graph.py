@@ -62,7 +62,8 @@ def library_files(script: Path) -> set[Path]:
     if "rnnlm.native" in seen:
         from rnnlm import native
 
-        files |= {*native.sources(), *native.HEADERS}
+        # as files of this checkout's src/, whichever copy of the package the import found
+        files |= {SRC / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
     if "rnnlm.models.cells" in seen:  # cells' Triton modules are imported by name, through their specs
         from rnnlm.models.cells import CELLS
 

@@ -107,3 +107,17 @@ def test_same_contents_same_bytes_whatever_the_file_name(saved, tmp_path):
     save_checkpoint(tmp_path / "a.pt", checkpoint)
     save_checkpoint(tmp_path / "b.pt", checkpoint)
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+
+
+def test_the_first_epoch_weights_round_trip_and_their_absence_is_one_clear_error(saved, tmp_path):
+    path, model, _ = saved
+    without = load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="does not keep the weights after epoch 1"):
+        without.build_model(first_epoch=True)
+    first = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    save_checkpoint(tmp_path / "with.pt", Checkpoint(**{**without.__dict__, "first_epoch_state": first}))
+    loaded = load_checkpoint(tmp_path / "with.pt")
+    assert all(torch.equal(p, torch.zeros_like(p)) for p in loaded.build_model(first_epoch=True).state_dict().values())
+    tokens = torch.randint(0, 13, (3, 9))
+    with torch.no_grad():
+        assert torch.equal(loaded.build_model()(tokens)[0], model(tokens)[0])  # the final weights untouched

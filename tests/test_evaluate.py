@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -10,7 +11,7 @@ import torch
 
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.evaluation.context import context_curve
-from rnnlm.evaluation.evaluate import ngram_floor, predicted_chars, reset_curve
+from rnnlm.evaluation.evaluate import first_epoch_scores, ngram_floor, predicted_chars, reset_curve
 from rnnlm.models.language_model import ModelConfig, RecurrentLM
 from rnnlm.params import TokenizerParams, parse_params
 from rnnlm.evaluation.scoring import streamed_token_nll
@@ -61,6 +62,15 @@ def test_memory_beats_the_stateless_mode_on_a_copy_task(raw_params):
     assert context.horizon() >= 3
     assert context.bpc[1] > context.carried_bpc + 0.3  # two symbols back: a quarter of the targets guessed
     assert context.bpc[2] == pytest.approx(context.carried_bpc, rel=0.01)
+    # The weights after epoch 1 are scored the same two ways; here, given the final weights as
+    # epoch 1's, they must give the curve's two ends.
+    as_first = dataclasses.replace(result.checkpoint, first_epoch_state=result.checkpoint.model_state)
+    scores = first_epoch_scores(as_first, ids, chars, "cpu")
+    assert scores["stateful_bpc"] == pytest.approx(stateful, rel=1e-9)
+    assert scores["stateless_bpc"] == pytest.approx(stateless, rel=1e-9)
+    epoch_1 = first_epoch_scores(result.checkpoint, ids, chars, "cpu")  # the real epoch-1 weights
+    assert epoch_1["stateful_bpc"] > stateful  # three more epochs helped
+    assert first_epoch_scores(dataclasses.replace(result.checkpoint, first_epoch_state=None), ids, chars, "cpu") is None
 
 
 def test_bits_per_character_for_sentencepiece_by_hand():

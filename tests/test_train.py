@@ -59,6 +59,15 @@ def test_seeded_runs_are_identical(raw_params):
     assert _losses(c) != _losses(a)
 
 
+def test_the_checkpoint_keeps_the_weights_after_epoch_1(raw_params):
+    whole = _train(tiny_params(raw_params, dropout=0.2))
+    one_epoch = _train(tiny_params(raw_params, dropout=0.2, epochs=1))  # epoch 1 runs at the same lr
+    kept = whole.checkpoint.first_epoch_state
+    assert kept.keys() == whole.checkpoint.model_state.keys()
+    assert all(torch.equal(kept[k], one_epoch.checkpoint.model_state[k]) for k in kept)
+    assert not all(torch.equal(kept[k], whole.checkpoint.model_state[k]) for k in kept)
+
+
 class Interrupted(Exception):
     pass
 
@@ -78,6 +87,8 @@ def test_interrupted_run_resumes_to_the_same_end(raw_params, tmp_path, capsys):
     assert "resuming astra_alpha after epoch 1" in capsys.readouterr().out
     assert _losses(resumed) == _losses(whole)
     assert _same_weights(resumed, whole)
+    kept = resumed.checkpoint.first_epoch_state  # restored from the resume file, not retaken
+    assert all(torch.equal(kept[k], whole.checkpoint.first_epoch_state[k]) for k in kept)
     assert resumed.checkpoint.optimizer_state["state"][0]["step"] == whole.checkpoint.optimizer_state["state"][0]["step"]
     assert not (tmp_path / "astra_alpha.pt").exists()  # removed once the run completes
 

@@ -17,6 +17,8 @@ Out: a metrics dict (stable keys, written as reports/metrics.json), the state-re
   bigram does, so the bigram is the floor it cannot beat by much.
 - Text statistics of the generated samples per mode, and of the validation split for reference
   (see rnnlm.evaluation.textstats).
+- The first epoch: the weights kept after epoch 1 scored stateful and stateless, to set one epoch
+  of stateful inference against the whole run's stateless inference.
 """
 
 from __future__ import annotations
@@ -114,6 +116,17 @@ def generation_statistics(generations: GenerationRun, train_text: str, val_text:
     return result
 
 
+def first_epoch_scores(checkpoint: Checkpoint, ids: torch.Tensor, chars: int,
+                       device: str | torch.device) -> dict[str, float] | None:
+    """Stateful and stateless bits per character of the weights after epoch 1 on `ids` (1-D), or
+    None for a checkpoint that does not keep them."""
+    if checkpoint.first_epoch_state is None:
+        return None
+    model = checkpoint.build_model(device, first_epoch=True)
+    carried, stateless = streamed_token_nll(model, ids).double().sum(), windowed_total(model, ids, 1)
+    return {"stateful_bpc": bits_per_char(carried.item(), chars), "stateless_bpc": bits_per_char(stateless.item(), chars)}
+
+
 def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
              settings: EvaluateParams, seed: int, device: str | torch.device = "cpu",
              ) -> tuple[dict[str, object], list[ResetPoint], ContextCurve]:
@@ -145,6 +158,7 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
         **context.as_metrics(),
         "ngram_bpc": {ORDER_NAMES.get(order, f"{order}gram"): bpc for order, bpc in floor.items()},
         "text": generation_statistics(generations, train_text, val_text, settings),
+        "first_epoch": first_epoch_scores(checkpoint, ids, chars, device),
     }
     return metrics, curve, context
 

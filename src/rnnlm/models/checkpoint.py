@@ -2,7 +2,8 @@
 
 A checkpoint holds the weights, the model config, the model's name, the tokenizer itself (its
 characters or its SentencePiece model, so a checkpoint is all that sampling needs), the params it
-was trained with, the step and epoch, and the optimizer state. Never a pickled module.
+was trained with, the step and epoch, the optimizer state, and the weights after the first epoch
+(what the evaluation compares the final weights with). Never a pickled module.
 Loading checks that the file is an rnnlm checkpoint, and (when asked) that it was trained with the
 given tokenizer and is the given model; each failure is one clear `CheckpointError`.
 """
@@ -43,16 +44,23 @@ class Checkpoint:
     epoch: int
     optimizer_state: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # the weights after epoch 1 (None in checkpoints written before they were kept)
+    first_epoch_state: dict[str, torch.Tensor] | None = None
 
     def tokenizer(self) -> Tokenizer:
         """The tokenizer the model was trained with."""
         return tokenizer_from_state(self.tokenizer_state)
 
-    def build_model(self, device: str | torch.device = "cpu") -> LanguageModel:
-        """A model with this checkpoint's architecture and weights, in eval mode, on `device`."""
+    def build_model(self, device: str | torch.device = "cpu", first_epoch: bool = False) -> LanguageModel:
+        """A model with this checkpoint's architecture and weights (the final ones, or with
+        `first_epoch` those after epoch 1), in eval mode, on `device`."""
+        weights = self.first_epoch_state if first_epoch else self.model_state
+        if weights is None:
+            raise CheckpointError(f"this checkpoint of {self.model_name} does not keep the weights after epoch 1; "
+                                  f"expected one written by the current train stage")
         model = model_from_config(self.model_config)
         try:
-            model.load_state_dict(self.model_state)
+            model.load_state_dict(weights)
         except RuntimeError as error:
             first = str(error).splitlines()[0]
             raise CheckpointError(f"weights do not fit the recorded model config: {first}") from error
@@ -73,6 +81,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
         "epoch": checkpoint.epoch,
         "optimizer_state": checkpoint.optimizer_state,
         "extra": checkpoint.extra,
+        "first_epoch_state": checkpoint.first_epoch_state,
     }
     # torch.save names the archive inside the file after the file, and the temporary file has a
     # random name: serialising to memory first keeps equal checkpoints byte-identical.
@@ -121,6 +130,7 @@ def load_checkpoint(
             epoch=raw["epoch"],
             optimizer_state=raw["optimizer_state"],
             extra=raw["extra"],
+            first_epoch_state=raw.get("first_epoch_state"),
         )
     except (KeyError, RnnlmError) as error:
         raise CheckpointError(f"{path}: incomplete checkpoint ({error})") from error

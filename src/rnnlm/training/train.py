@@ -1,8 +1,9 @@
 """Train one model as the study does, repeatably, resumable after an interruption.
 
 In:  the validated params, the selected model's name, its tokenizer, and the train/validation texts.
-Out: a `Checkpoint` (weights, optimizer, config, tokenizer identity, params) and a `History` of
-per-step and per-epoch metrics.
+Out: a `Checkpoint` (weights, optimizer, config, tokenizer identity, params, and the weights after
+epoch 1, for the evaluation's first-epoch comparison) and a `History` of per-step and per-epoch
+metrics.
 
 The study's recipe: AdamW (weight decay from params), CosineAnnealingLR stepped once per epoch with
 T_max = epochs, cross-entropy, gradient-norm clipping, random windows of the training split drawn
@@ -143,12 +144,18 @@ class _Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: WindowSampler
     device: torch.device
+    first_epoch_state: dict[str, Tensor] | None = None  # the weights after epoch 1, on the CPU
+
+    def keep_first_epoch(self) -> None:
+        """Copy the weights as they are now (after epoch 1) to the CPU."""
+        self.first_epoch_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
     def snapshot(self, epoch: int, history: History, seconds: float) -> dict[str, Any]:
         """Everything needed to continue after `epoch` exactly as if never stopped."""
         cuda = {"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
         return {
             "epoch": epoch, "seconds": seconds, "model": self.model.state_dict(),
+            "first_epoch_model": self.first_epoch_state,
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "history_steps": history.steps, "history_epochs": history.epochs, **cuda,
@@ -159,6 +166,7 @@ class _Run:
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
+        self.first_epoch_state = saved.get("first_epoch_model")
         self.sampler.generator.set_state(saved["sampler_rng"])
         torch.set_rng_state(saved["torch_rng"])
         if self.device.type == "cuda" and "cuda_rng" in saved:
@@ -265,6 +273,8 @@ def train(
                                "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds})
         print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
               f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
+        if epoch == 1:
+            run.keep_first_epoch()
         store.save(run.snapshot(epoch, history, seconds))
         if on_epoch_end is not None:
             on_epoch_end(epoch)
@@ -278,6 +288,7 @@ def train(
         step=len(history.steps),
         epoch=entry.epochs,
         optimizer_state=optimizer.state_dict(),
+        first_epoch_state=run.first_epoch_state,
     )
     store.clear()
     return TrainResult(checkpoint, history, device.type, products_gemm(device), processor_name(device),

@@ -35,7 +35,9 @@ def _write_run(repo: Path, model: str, scale: float, stateful: float) -> None:
     """The workspace as a finished `dvc repro` of `model` leaves it (the files collect reads)."""
     (repo / "reports/train").mkdir(parents=True, exist_ok=True)
     (repo / "reports/plots").mkdir(parents=True, exist_ok=True)
-    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "train": {"steps_scale": scale}}))
+    entry = {"tokens": "char", "cell": "gru", "embd": 8, "hidden": 16, "layers": 1, "epochs": 1}
+    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "train": {"steps_scale": scale},
+                                                      "models": {model: entry}}))
     train = {"model": model, "device": "cpu", "processor": "Test CPU", "gemm": "onednn", "parameters": 1000,
              "steps": 20, "val_loss": 1.7, "best_val_loss": 1.69, "seconds": 12.5}
     (repo / "reports/train/metrics.json").write_text(json.dumps(train))
@@ -140,6 +142,7 @@ def test_report_reads_the_folders_alone(repo):
     assert "1.700 / 1.690" in rows["| [beta](study/beta/generations.md)"]
     assert "not run yet" in rows["| gamma"]  # no full-scale run: listed, not zero
     assert "## Quick runs" in text and "[gamma](study/quick/gamma/generations.md)" in text
+    assert "## Findings" in text and "### 6." in text
     assert (reports / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first = (reports / "study.md").read_bytes(), (reports / "study.png").read_bytes()
     shutil.rmtree(repo / ".git")  # nothing but the folders is read
@@ -171,12 +174,14 @@ def test_the_readmes_study_table_is_the_one_report_writes(tmp_path):
     shutil.copy(REPO_ROOT / "README.md", readme)
     shutil.copytree(REPO_ROOT / "reports/study", tmp_path / "reports/study")  # the links are relative to the README
     runs = study_report.load_runs(tmp_path / "reports/study")
-    study_report.update_readme(readme, runs, list(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["models"]))
+    study_report.update_readme(readme, runs, list(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["models"]),
+                               tmp_path / "reports/study.md")
     assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
+    assert "([figures](reports/study.md#findings))" in readme.read_text()  # the verdicts link to their figures
     assert "[astra_alpha](reports/study/astra_alpha/generations.md)" in readme.read_text()
     (tmp_path / "other.md").write_text("no markers\n")
     with pytest.raises(RnnlmError, match="no study table markers"):
-        study_report.update_readme(tmp_path / "other.md", runs, ["astra_alpha"])
+        study_report.update_readme(tmp_path / "other.md", runs, ["astra_alpha"], tmp_path / "study.md")
 
 
 def test_queue_commands_set_model_and_scale():

@@ -6,7 +6,8 @@ params.yaml (their order, and which have no run yet).
 Out: `reports/study.md`, one row per run: tokens, parameters, steps and steps scale, where it
 trained, training time, validation loss, stateful and stateless bits per character beside the
 bigram floor, the context horizon, two text statistics per mode, and a link to its side-by-side
-samples; quick runs in a table of their own. `reports/study.png`: stateful and stateless bits per
+samples; then the findings (each claim of the study judged from the full-scale runs, see
+`rnnlm.reporting.study_findings`); quick runs in a table of their own. `reports/study.png`: stateful and stateless bits per
 character per run against the bigram floor, each run's state-reset curve and its context curve.
 
 Nothing but the folders and params.yaml is read (no experiment, no DVC), so any clone rebuilds the
@@ -15,16 +16,21 @@ same bytes.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+
+import yaml
 
 from rnnlm.atomic import atomic_path, write_text_atomic
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
 from rnnlm.reporting.study_collect import QUICK
+from rnnlm.reporting.study_findings import findings_markdown, verdict_lines
 
 
 class StudyReportError(RnnlmError):
@@ -51,6 +57,35 @@ class StudyRun:
         device = self.provenance.get("device") or self.train.get("device", "?")
         processor = self.provenance.get("processor") or self.train.get("processor")
         return f"{device}: {processor}" if processor else str(device)
+
+    @cached_property
+    def entry(self) -> dict:
+        """The run's own entry of `models:` in its params.yaml (cell, tokens, sizes, epochs)."""
+        params = yaml.safe_load((self.folder / "params.yaml").read_text(encoding="utf-8"))
+        return params["models"][self.model]
+
+    @property
+    def cell(self) -> str:
+        return self.entry["cell"]
+
+    @property
+    def tokens(self) -> str:
+        return self.entry["tokens"]
+
+    @property
+    def shape(self) -> tuple:
+        """The recurrent stack's sizes (cell, embedding, hidden, layers), to match the two tokenizations."""
+        return self.entry["cell"], self.entry["embd"], self.entry["hidden"], self.entry["layers"]
+
+    @property
+    def gap(self) -> float:
+        """Stateless minus stateful bits per character: what resetting the state costs."""
+        return self.metrics["stateless_bpc"] - self.metrics["stateful_bpc"]
+
+    def epochs(self) -> list[dict[str, float]]:
+        """The rows of the run's epochs.tsv (epoch, train_loss, val_loss, ...) as numbers."""
+        with open(self.folder / "epochs.tsv", encoding="utf-8", newline="") as f:
+            return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f, delimiter="\t")]
 
     def source(self) -> str:
         p = self.provenance
@@ -127,15 +162,18 @@ README_BEGIN = "<!-- the study's full-scale table: written by `python -m rnnlm.s
 README_END = "<!-- end of the study's table -->"
 
 
-def update_readme(readme: Path, runs: list[StudyRun], models: list[str]) -> None:
-    """Replace the table between the README's two markers with the current full-scale table."""
+def update_readme(readme: Path, runs: list[StudyRun], models: list[str], markdown: Path) -> None:
+    """Replace what lies between the README's two markers with the current full-scale table and one
+    verdict line per claim, linking to the findings in `markdown`."""
     text = readme.read_text(encoding="utf-8")
     if README_BEGIN not in text or README_END not in text:
         raise StudyReportError(f"{readme}: no study table markers; expected the lines {README_BEGIN} and {README_END}")
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
-    table = "\n".join(full_scale_table(runs, models, readme.parent))
-    write_text_atomic(readme, f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}")
+    link = Path(os.path.relpath(markdown, readme.parent)).as_posix()
+    block = [*full_scale_table(runs, models, readme.parent), "", "The study's claims, as the numbers judge them:", "",
+             *verdict_lines([r for r in runs if not r.quick], link)]
+    write_text_atomic(readme, f"{head}{README_BEGIN}\n" + "\n".join(block) + f"\n{README_END}{tail}")
 
 
 def to_markdown(runs: list[StudyRun], models: list[str], study_dir: Path, markdown: Path, figure_name: str) -> str:
@@ -161,10 +199,12 @@ def to_markdown(runs: list[StudyRun], models: list[str], study_dir: Path, markdo
         "## Full scale",
         "",
         *full_scale_table(runs, models, base),
+        "",
+        *findings_markdown([r for r in runs if not r.quick]),
     ]
     quick = [r for r in runs if r.quick]
     if quick:
-        lines += ["", "## Quick runs (a fraction of the steps: not the study's numbers)", "", *HEADER]
+        lines += ["## Quick runs (a fraction of the steps: not the study's numbers)", "", *HEADER]
         lines += [_row(r, base) for r in sorted(quick, key=lambda r: (models.index(r.model) if r.model in models
                                                                           else len(models), r.model))]
     lines += ["", f"![the study]({figure_name})", ""]
@@ -235,5 +275,5 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
     write_text_atomic(markdown, to_markdown(runs, models, study_dir, markdown, figure.name))
     write_figure(runs, models, figure)
     if readme is not None:
-        update_readme(readme, runs, models)
+        update_readme(readme, runs, models, markdown)
     return runs

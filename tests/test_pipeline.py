@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -111,6 +112,10 @@ def test_generate_evaluate_and_report(train_repo):
     assert list(metrics["context_curve_bpc"]) == ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024"]
     assert metrics["context_targets"] == 1976  # the 3,000-token split leaves 1,976 targets after 1,024 tokens
     assert "memory_horizon" not in metrics and "context_horizon" in metrics
+    # the weights after epoch 1 (of 2 here) scored both ways: other weights, other scores
+    first = metrics["first_epoch"]
+    assert set(first) == {"stateful_bpc", "stateless_bpc"} and all(math.isfinite(v) for v in first.values())
+    assert first["stateful_bpc"] != metrics["stateful_bpc"] and first["stateless_bpc"] != metrics["stateless_bpc"]
     context = (train_repo / "reports/plots/context_curve.csv").read_text().splitlines()
     assert context[0] == "c,context_c_bpc,carried_state_bpc,standard_error_bpc,context_chars" and len(context) == 12
     curve = (train_repo / "reports/plots/reset_curve.csv").read_text().splitlines()

@@ -51,3 +51,7 @@ def test_measures_come_first_as_tables():
     assert "| c (tokens of context) | 1 | 16 | 64 |" in text and "| over the carried state | +54.2% | +0.4% | +0.0% |" in text
     assert "horizon" not in text.split("State reset every k tokens")[1].split("| k |")[0]
     assert "| lines in the `NAME:` speaker form | – | – | – |" in text
+    assert "after epoch 1" not in text  # a checkpoint without epoch 1's weights
+    with_first = to_markdown(run, {**METRICS, "first_epoch": {"stateful_bpc": 2.9, "stateless_bpc": 3.8}})
+    assert "| after epoch 1 only, stateful | 2.900 |" in with_first
+    assert "| after epoch 1 only, stateless | 3.800 |" in with_first

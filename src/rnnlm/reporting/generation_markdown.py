@@ -66,6 +66,10 @@ def measures_markdown(metrics: dict[str, Any]) -> list[str]:
         f"| bigram count model, the floor for one token of context | {_number(metrics['bigram_bpc'])} |",
     ]
     lines += [f"| {name} count model | {_number(bpc)} |" for name, bpc in ngrams.items() if name != "bigram"]
+    first = metrics.get("first_epoch")  # absent from checkpoints that did not keep epoch 1's weights
+    if first:
+        lines += [f"| after epoch 1 only, stateful | {_number(first['stateful_bpc'])} |",
+                  f"| after epoch 1 only, stateless | {_number(first['stateless_bpc'])} |"]
     lines += [
         "",
         f"Stateless minus bigram: {_number(metrics['stateless_minus_bigram_bpc'])} bits per character.",

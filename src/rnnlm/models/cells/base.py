@@ -47,6 +47,12 @@ from rnnlm.models.products import linear, t_addmm, t_mm
 from rnnlm.models import state as states
 from rnnlm.models.state import LayerState
 
+# The activations' derivatives from their outputs, written into a given tensor (the Python backward
+# loops reuse their buffers): sigmoid_backward(grad, y, grad_input=out) = grad * y * (1 - y),
+# tanh_backward(grad, y, grad_input=out) = grad * (1 - y * y).
+sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input
+tanh_backward = torch.ops.aten.tanh_backward.grad_input
+
 
 def uniform_(tensor: Tensor, fan_in: int) -> None:
     """nn.Linear's default initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""

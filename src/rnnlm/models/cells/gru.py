@@ -30,10 +30,9 @@ from rnnlm.models.cells.base import (
     overwritten,
     state_weight_gradient,
     steps_of,
+    sigmoid_backward,
+    tanh_backward,
 )
-
-_sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input  # (grad, y, *, grad_input=out): grad * y * (1 - y)
-_tanh_backward = torch.ops.aten.tanh_backward.grad_input  # (grad, y, *, grad_input=out): grad * (1 - y * y)
 
 
 class GRUCell(Cell):
@@ -120,11 +119,11 @@ def backward(grad_hs, h0, weight_hh, gates, hs, masks):
     for t in range(T - 1, -1, -1):
         grad = grad_into_state(grad_out[t], grad_h, mask[t])  # (B, H)
         grad_through_z = grad * z[t]
-        _sigmoid_backward(grad * (candidate[t] - h_prev[t]), z[t], grad_input=grad_z[t])
-        _tanh_backward(grad_through_z, candidate[t], grad_input=grad_n[t])
+        sigmoid_backward(grad * (candidate[t] - h_prev[t]), z[t], grad_input=grad_z[t])
+        tanh_backward(grad_through_z, candidate[t], grad_input=grad_n[t])
         grad_reset_h = grad_n[t] @ weight_n  # (B, H), w.r.t. r * h_prev
         grad_h = (grad - grad_through_z).addcmul_(grad_reset_h, r[t])  # the direct paths to h_prev
-        _sigmoid_backward(grad_reset_h * h_prev[t], r[t], grad_input=grad_r[t])
+        sigmoid_backward(grad_reset_h * h_prev[t], r[t], grad_input=grad_r[t])
         grad_h.addmm_(grad_rz[t], weight_rz)  # through r and z
     return grad_h
 

@@ -26,10 +26,9 @@ from rnnlm.models.cells.base import (
     overwritten,
     state_weight_gradient,
     steps_of,
+    sigmoid_backward,
+    tanh_backward,
 )
-
-_sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input  # (grad, y, *, grad_input=out): grad * y * (1 - y)
-_tanh_backward = torch.ops.aten.tanh_backward.grad_input  # (grad, y, *, grad_input=out): grad * (1 - y * y)
 
 
 class LSTMCell(Cell):
@@ -101,13 +100,13 @@ def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
         grad = grad_into_state(grad_out[t], grad_h, mask[t])  # (B, H), w.r.t. h
         tanh_c = torch.tanh(cs[t])
         grad_through_o = grad * o[t]
-        _sigmoid_backward(grad * tanh_c, o[t], grad_input=grad_o[t])
-        grad_c += _tanh_backward(grad_through_o, tanh_c, grad_input=tanh_c)  # through h = o tanh(c)
+        sigmoid_backward(grad * tanh_c, o[t], grad_input=grad_o[t])
+        grad_c += tanh_backward(grad_through_o, tanh_c, grad_input=tanh_c)  # through h = o tanh(c)
         grad_c_i, grad_c_g = grad_c * i[t], grad_c * g[t]
-        _sigmoid_backward(grad_c_g, i[t], grad_input=grad_i[t])
-        _tanh_backward(grad_c_i, g[t], grad_input=grad_g[t])
+        sigmoid_backward(grad_c_g, i[t], grad_input=grad_i[t])
+        tanh_backward(grad_c_i, g[t], grad_input=grad_g[t])
         grad_c_f = grad_c * f[t]
-        _sigmoid_backward(grad_c * c_prev[t], f[t], grad_input=grad_f[t])
+        sigmoid_backward(grad_c * c_prev[t], f[t], grad_input=grad_f[t])
         grad_c = grad_c_f
         grad_h = grad_gates[t] @ weight_hh  # (B, H)
     return grad_h, grad_c

@@ -24,9 +24,8 @@ from rnnlm.models.cells.base import (
     overwritten,
     state_weight_gradient,
     steps_of,
+    tanh_backward,
 )
-
-_tanh_backward = torch.ops.aten.tanh_backward.grad_input  # (grad, y, *, grad_input=out): grad * (1 - y * y)
 
 
 class RNNCell(Cell):
@@ -69,7 +68,7 @@ def backward(grad_hs, weight_hh, activations, masks):
     grad_h = None
     for t in range(T - 1, -1, -1):
         grad = grad_into_state(grad_out[t], grad_h, mask[t])
-        grad_h = _tanh_backward(grad, a[t], grad_input=grad_a[t]) @ weight_hh
+        grad_h = tanh_backward(grad, a[t], grad_input=grad_a[t]) @ weight_hh
     return grad_h
 
 

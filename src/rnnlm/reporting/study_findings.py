@@ -65,6 +65,12 @@ def _combine(verdicts: Sequence[str]) -> str:
     return verdicts[0] if len(set(verdicts)) == 1 else MIXED
 
 
+def _span(values: Sequence[float], spec: str) -> str:
+    """"a to b" over `values`, or "a" when they are all equal at this precision."""
+    low, high = format(min(values), spec), format(max(values), spec)
+    return low if low == high else f"{low} to {high}"
+
+
 def _b(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
@@ -84,9 +90,9 @@ def stateless_is_a_bigram(records: list[Record]) -> Finding:
     gains = [r.metrics["bigram_bpc"] - r.metrics["stateful_bpc"] for r in grus]
     insight = "No GRU run collected yet." if not grus else (
         f"Side by side, the samples only show that stateless text is worse. Measured against the count bigram "
-        f"(a table of pair frequencies, no training), every stateless GRU lands {min(differences):+.3f} to "
-        f"{max(differences):+.3f} bits from it, whatever its size, while the same weights with the state carried "
-        f"go {min(gains):.3f} to {max(gains):.3f} bits below it.")
+        f"(a table of pair frequencies, no training), every stateless GRU lands {_span(differences, '+.3f')} bits "
+        f"from it, whatever its size, while the same weights with the state carried go {_span(gains, '.3f')} bits "
+        f"below it.")
     return Finding(1, "With the state reset at every step, a GRU is a first-order Markov model: no better than a "
                       "bigram.", _overall(held),
                    f"each GRU's stateless bits per character within [{low:+.2f}, {high:+.2f}] bits of its bigram "
@@ -191,9 +197,9 @@ def one_stateful_epoch_beats_stateless(records: list[Record]) -> Finding:
     insight = (f"Measured for {', '.join(r.model for r in measured) or 'no run'}"
                + (f" (still to be measured: {', '.join(missing)}: their runs predate keeping epoch 1's weights)"
                   if missing else "") + "."
-               + (f" One epoch with the state carried is {min(margins):.3f} to {max(margins):.3f} bits better than the "
-                  f"whole run without it: the inference mode matters more than any amount of training under the "
-                  f"wrong one." if measured else ""))
+               + (f" One epoch used with the state carried is {_span(margins, '.3f')} bits per character better than "
+                  f"the whole run used without it: here the inference mode is worth more than all the epochs after "
+                  f"the first." if measured else ""))
     return Finding(4, "One epoch of training used statefully gives better text than dozens of epochs used "
                       "statelessly.", _overall(held),
                    "for every run that kept its weights after epoch 1, their stateful bits per character are below "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import yaml
 
@@ -64,6 +65,7 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     folder.mkdir(parents=True)
     write_metrics(metrics, folder / "metrics.json")
     (folder / "train_metrics.json").write_text(json.dumps({"model": "astra_alpha", "device": "cpu", "steps": 10}))
+    shutil.copy(REPO_ROOT / "params.yaml", folder / "params.yaml")
     (folder / "provenance.json").write_text(json.dumps({"model": "astra_alpha", "steps_scale": 1.0, "rev": "0" * 40}))
     runs = study_report.report(tmp_path / "study", tmp_path / "study.md", tmp_path / "study.png",
                                str(REPO_ROOT / "params.yaml"))

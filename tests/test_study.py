@@ -154,6 +154,9 @@ def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
     with pytest.raises(RnnlmError, match="no study folders; run `python -m rnnlm.study collect` first"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
     (tmp_path / "alpha").mkdir()
+    with pytest.raises(RnnlmError, match="no params.yaml; expected a folder written by `study collect`"):
+        study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
+    (tmp_path / "alpha/params.yaml").write_text("model: alpha\n")
     with pytest.raises(RnnlmError, match="no train_metrics.json; expected a folder written by `study collect`"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
     assert not (tmp_path / "s.md").exists()

@@ -110,6 +110,8 @@ def load_runs(study_dir: Path) -> list[StudyRun]:
         if not root.is_dir():
             continue
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != QUICK):
+            if not (folder / "params.yaml").is_file():  # the findings read the run's own model entry
+                raise StudyReportError(f"{folder}: no params.yaml; expected a folder written by `study collect`")
             runs.append(StudyRun(folder.name, folder, quick, _read_json(folder / "train_metrics.json"),
                                  _read_json(folder / "metrics.json"), _read_json(folder / "provenance.json")))
     return runs

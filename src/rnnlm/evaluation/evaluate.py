@@ -39,7 +39,8 @@ from rnnlm.evaluation.ngram import NGramModel
 from rnnlm.params import EvaluateParams
 from rnnlm.reporting.generation_run import GenerationRun
 from rnnlm.evaluation.context import ContextCurve, context_curve
-from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_token_nll, windowed_total
+from rnnlm.evaluation.scoring import (Score, bits_per_char, streamed_nll, streamed_token_nll, windowed_nll,
+                                     windowed_total)
 from rnnlm.inference.sampling import MODES
 from rnnlm.evaluation.textstats import text_statistics, word_vocabulary
 from rnnlm.data.tokenizers import Tokenizer
@@ -123,8 +124,8 @@ def first_epoch_scores(checkpoint: Checkpoint, ids: torch.Tensor, chars: int,
     if checkpoint.first_epoch_state is None:
         return None
     model = checkpoint.build_model(device, first_epoch=True)
-    carried, stateless = streamed_token_nll(model, ids).double().sum(), windowed_total(model, ids, 1)
-    return {"stateful_bpc": bits_per_char(carried.item(), chars), "stateless_bpc": bits_per_char(stateless.item(), chars)}
+    return {"stateful_bpc": streamed_nll(model, ids).bits_per_char(chars),
+            "stateless_bpc": windowed_nll(model, ids, 1).bits_per_char(chars)}
 
 
 def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,

@@ -1,7 +1,7 @@
 """The study's six claims, each given a verdict from the collected runs' numbers.
 
 In:  the full-scale `StudyRun`s of `rnnlm.reporting.study_report` (their metrics, training metrics,
-params and per-epoch curves), called records here.
+params and per-epoch curves).
 Out: one `Finding` per claim: the claim in our words, a verdict (supported, not supported, mixed, or
 not measured yet when the runs that decide it are missing), the figures that decide it as a table,
 and what the measurement shows that the study's samples could not. `findings_markdown` renders
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # study_report imports this module
-    from rnnlm.reporting.study_report import StudyRun as Record
+    from rnnlm.reporting.study_report import StudyRun
 
 SUPPORTED, NOT_SUPPORTED, MIXED, NOT_MEASURED = "supported", "not supported", "mixed", "not measured yet"
 
@@ -75,7 +75,7 @@ def _b(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def stateless_is_a_bigram(records: list[Record]) -> Finding:
+def stateless_is_a_bigram(records: list[StudyRun]) -> Finding:
     grus = [r for r in records if r.cell == "gru"]
     low, high = BIGRAM_BAND
     table = ["| model | stateless | bigram floor | stateless − bigram | stateful |", "|---|---:|---:|---:|---:|"]
@@ -99,9 +99,9 @@ def stateless_is_a_bigram(records: list[Record]) -> Finding:
                    f"floor (the bigram of its own tokens)", table, insight)
 
 
-def families(records: list[Record]) -> dict[str, list[Record]]:
+def families(records: list[StudyRun]) -> dict[str, list[StudyRun]]:
     """The GRU runs per tokenization, smallest to largest by parameters."""
-    grouped: dict[str, list[Record]] = {}
+    grouped: dict[str, list[StudyRun]] = {}
     for r in records:
         if r.cell == "gru":
             grouped.setdefault(r.tokens, []).append(r)
@@ -112,11 +112,11 @@ def _more_or_less(more: Sequence[bool]) -> str:
     return "more" if all(more) else "less" if not any(more) else "sometimes more, sometimes less"
 
 
-def _chars_per_token(run: Record) -> float:
+def _chars_per_token(run: StudyRun) -> float:
     return run.metrics["val_chars"] / run.metrics["val_tokens"]
 
 
-def _token_gap(run: Record) -> float:
+def _token_gap(run: StudyRun) -> float:
     """Stateless minus stateful nats per token (per piece for Scribe)."""
     nats = run.metrics["reset_curve_nats_per_token"]
     return nats["1"] - nats["never"]
@@ -126,7 +126,7 @@ def _rises(values: Sequence[float], strictly: bool) -> bool:
     return all(b > a if strictly else b >= a for a, b in zip(values, values[1:]))
 
 
-def sensitivity_grows_with_capacity(records: list[Record]) -> Finding:
+def sensitivity_grows_with_capacity(records: list[StudyRun]) -> Finding:
     table = ["| model | parameters | stateful | stateless | gap (stateless − stateful) | context horizon (tokens) |",
              "|---|---:|---:|---:|---:|---:|"]
     verdicts, notes = [], []
@@ -154,8 +154,8 @@ def sensitivity_grows_with_capacity(records: list[Record]) -> Finding:
                    "parameters, the gap rises at every step and the context horizon never falls", table, insight)
 
 
-def subwords_amplify_the_failure(records: list[Record]) -> Finding:
-    by_shape: dict[tuple, dict[str, Record]] = {}
+def subwords_amplify_the_failure(records: list[StudyRun]) -> Finding:
+    by_shape: dict[tuple, dict[str, StudyRun]] = {}
     for r in records:
         by_shape.setdefault(r.shape, {})[r.tokens] = r
     pairs = [(p["sentencepiece"], p["char"]) for p in by_shape.values() if {"sentencepiece", "char"} <= p.keys()]
@@ -182,7 +182,7 @@ def subwords_amplify_the_failure(records: list[Record]) -> Finding:
                    "(stateless − stateful) is larger for Scribe", table, insight)
 
 
-def one_stateful_epoch_beats_stateless(records: list[Record]) -> Finding:
+def one_stateful_epoch_beats_stateless(records: list[StudyRun]) -> Finding:
     measured = [r for r in records if r.metrics.get("first_epoch")]
     missing = [r.model for r in records if not r.metrics.get("first_epoch")]
     table = ["| model | stateful after epoch 1 | stateless after the last epoch | difference | epochs |",
@@ -206,7 +206,7 @@ def one_stateful_epoch_beats_stateless(records: list[Record]) -> Finding:
                    "the final weights' stateless bits per character", table, insight)
 
 
-def leviathan_overfits_early(records: list[Record], model: str = "leviathan") -> Finding:
+def leviathan_overfits_early(records: list[StudyRun], model: str = "leviathan") -> Finding:
     run = next((r for r in records if r.model == model), None)
     table = ["| epoch | train loss | validation loss |", "|---:|---:|---:|"]
     if run is None:
@@ -226,7 +226,7 @@ def leviathan_overfits_early(records: list[Record], model: str = "leviathan") ->
                    f"{OVERFIT_RISE} nats above the best", table, insight)
 
 
-def validation_loss_matches_the_study(records: list[Record]) -> Finding:
+def validation_loss_matches_the_study(records: list[StudyRun]) -> Finding:
     by_model = {r.model: r for r in records}
     table = ["| model | the study (one batch) | ours (whole split) | difference |", "|---|---:|---:|---:|"]
     held, ours = [], []
@@ -250,18 +250,18 @@ def validation_loss_matches_the_study(records: list[Record]) -> Finding:
                    f"figure", table, insight)
 
 
-CLAIMS: list[Callable[[list[Record]], Finding]] = [
+CLAIMS: list[Callable[[list[StudyRun]], Finding]] = [
     stateless_is_a_bigram, sensitivity_grows_with_capacity, subwords_amplify_the_failure,
     one_stateful_epoch_beats_stateless, leviathan_overfits_early, validation_loss_matches_the_study,
 ]
 
 
-def findings(records: list[Record]) -> list[Finding]:
+def findings(records: list[StudyRun]) -> list[Finding]:
     """Every claim's finding, in the study's order."""
     return [claim(records) for claim in CLAIMS]
 
 
-def findings_markdown(records: list[Record]) -> list[str]:
+def findings_markdown(records: list[StudyRun]) -> list[str]:
     """The Findings section of reports/study.md, as lines."""
     lines = ["## Findings", "",
              "Each claim of the study, with a verdict computed from the full-scale runs above by",
@@ -275,6 +275,6 @@ def findings_markdown(records: list[Record]) -> list[str]:
     return lines
 
 
-def verdict_lines(records: list[Record], link: str) -> list[str]:
+def verdict_lines(records: list[StudyRun], link: str) -> list[str]:
     """One line per claim: its number, its verdict and the claim, linking to `link`#findings."""
     return [f"{f.number}. **{f.verdict}**: {f.claim} ([figures]({link}#findings))" for f in findings(records)]

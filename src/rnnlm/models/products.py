@@ -77,20 +77,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def t_mm(a: Tensor, b: Tensor) -> Tensor:
     """a (M, N), b (M, K) -> a^T b (N, K): a weight gradient summed over M rows."""
+    return t_addmm(None, a, b)
+
+
+def t_addmm(c: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
+    """c (N, K) + a^T b, a (M, N), b (M, K), or a^T b alone when c is None; c may be overwritten
+    with the result."""
     if not uses_onednn(a):
-        return a.T @ b
+        return a.T @ b if c is None else torch.addmm(c, a.T, b)
     compiled = backend.compiled_for(a.device)
     if compiled is not None:  # oneDNN's matmul reads a^T in place
-        return compiled.onednn_t_addmm(None, a, b)
+        return compiled.onednn_t_addmm(None if c is None else c.contiguous(), a, b)
     # Through the linear op, which copies a transposed input: (K, N) = b^T a, then transposed.
-    return _dense(b.contiguous().t(), a.contiguous().t()).t().contiguous()
-
-
-def t_addmm(c: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """c (N, K) + a^T b, a (M, N), b (M, K); c may be overwritten with the result."""
-    if not uses_onednn(a):
-        return torch.addmm(c, a.T, b)
-    compiled = backend.compiled_for(a.device)
-    if compiled is not None:
-        return compiled.onednn_t_addmm(c.contiguous(), a, b)
-    return t_mm(a, b).add_(c)
+    product = _dense(b.contiguous().t(), a.contiguous().t()).t().contiguous()
+    return product if c is None else product.add_(c)

@@ -13,9 +13,10 @@ Training step: forward, cross-entropy, backward, gradient clipping, AdamW, on ra
 model's batch and sequence length, in training mode (dropout on). GFLOP/s counts 6 x (our model's
 parameters) x tokens per step, the same work for every implementation, and is compared with the
 machine's limit: a large float32 matrix product measured at the start through both GEMM libraries
-PyTorch ships on the CPU, MKL (`torch.mm`) and oneDNN (`mkldnn::_linear_pointwise`, its weight
-packed once), the faster of the two. The header names the CPU (vendor and model) and the library
-`rnnlm.backend` chose for our products. Peak memory is what a step
+PyTorch ships on the CPU, MKL (`torch.mm`, and `mkl::_mkl_linear` with its weight packed once) and
+oneDNN (`mkldnn::_linear_pointwise`, plain and packed), each library's faster form, and the faster
+of the two libraries. The header names the CPU (vendor, model, AVX-512 or not) and the libraries
+`rnnlm.backend` chose for our large and per-step products. Peak memory is what a step
 allocates on top of what was held before it (tensors only, from the profiler's allocation events
 on the CPU, from the allocator's statistics on CUDA).
 
@@ -125,15 +126,26 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
 
 def matmul_gflops(size: int, repeats: int, device: torch.device) -> dict[str, float]:
     """The machine's float32 matrix-product rate, GFLOP/s, median over repeats of one (size x size)^2
-    product timed in turn through each library: on the CPU MKL (`torch.mm`) and oneDNN (its linear
-    op, the weight packed once, as our scans pack theirs); on CUDA cuBLAS."""
+    product timed in turn through each library: on the CPU MKL and oneDNN, each the faster of its
+    two forms, plain (`torch.mm`; oneDNN's linear op) and with its weight packed once into the
+    library's layout, as our scans pack theirs; on CUDA cuBLAS."""
     a, b = (torch.randn(size, size, device=device) for _ in range(2))
-    contenders = {"cuBLAS" if device.type == "cuda" else "MKL": lambda: a @ b}
-    if device.type == "cpu" and backend.onednn_available():
-        packed = torch.ops.mkldnn._reorder_linear_weight(b, size)
-        contenders["oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
-    medians = side_by_side(contenders, max(3, repeats), device)
-    return {name: 2 * size**3 / seconds / 1e9 for name, seconds in medians.items()}
+    if device.type != "cpu":
+        medians = side_by_side({"cuBLAS": lambda: a @ b}, max(3, repeats), device)
+        return {name: 2 * size**3 / seconds / 1e9 for name, seconds in medians.items()}
+    forms = {("MKL", "plain"): lambda: a @ b}
+    if torch.backends.mkl.is_available():
+        packed_mkl = torch.ops.mkl._mkl_reorder_linear_weight(b, size)
+        forms[("MKL", "packed")] = lambda: torch.ops.mkl._mkl_linear(a, packed_mkl, b, None, size)
+    if backend.onednn_available():
+        onednn, packed = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._reorder_linear_weight(b, size)
+        forms[("oneDNN", "plain")] = lambda: onednn(a, b, None, "none", [], "")
+        forms[("oneDNN", "packed")] = lambda: onednn(a, packed, None, "none", [], "")
+    medians = side_by_side(forms, max(3, repeats), device)
+    rates: dict[str, float] = {}
+    for (library, _), seconds in medians.items():
+        rates[library] = max(rates.get(library, 0.0), 2 * size**3 / seconds / 1e9)
+    return rates
 
 
 def shrunk(config: ModelConfig, factor: int) -> ModelConfig:
@@ -271,7 +283,7 @@ def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[
     matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them
     x = matrices[0].new_zeros(batch, model.config.hidden)
     onednn = torch.ops.mkldnn._linear_pointwise  # the GEMM our step uses for each, called as directly as Python allows
-    products = [functools.partial(onednn, x, m, None, "none", [], "") if uses_onednn(x, x.numel() * m.shape[0])
+    products = [functools.partial(onednn, x, m, None, "none", [], "") if uses_onednn(x, x.numel() * m.shape[0], step=True)
                 else functools.partial(torch.mm, x, m.T) for m in matrices]
 
     @torch.no_grad()
@@ -379,7 +391,7 @@ def machine(device: torch.device) -> dict[str, object]:
     """What the figures were measured on."""
     where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
         "cpu_vendor": backend.cpu_vendor() or platform.processor(), "cpu_model": backend.cpu_model() or platform.machine(),
-        "cores": os.cpu_count(), "gemm": backend.gemm_for(device)}
+        "cores": os.cpu_count(), "avx512": backend.has_avx512(), "gemm": str(backend.gemm_for(device))}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}
 
@@ -388,8 +400,11 @@ def machine_line(info: dict[str, object]) -> str:
     if "gpu" in info:
         where = str(info["gpu"])
     else:
-        where = (f"{info['cpu_model']} ({info['cpu_vendor']}), {info['cores']} cores · our products through "
-                 f"{'oneDNN' if info['gemm'] == 'onednn' else 'MKL'}")
+        large, _, step = str(info["gemm"]).partition(":")
+        names = {"mkl": "MKL", "onednn": "oneDNN"}
+        gemm = names[large] if not step else f"{names[large]} (large), {names[step]} (per step)"
+        where = (f"{info['cpu_model']} ({info['cpu_vendor']}, {'with' if info['avx512'] else 'no'} AVX-512), "
+                 f"{info['cores']} cores · our products through {gemm}")
     return f"{info['date']} · {where} · torch {info['torch']}, {info['threads']} threads · device {info['device']}"
 
 

@@ -139,7 +139,7 @@ def backend(request, monkeypatch):
     ones (what the CPU runs) with each of the two float32 GEMMs (MKL, oneDNN: the large products
     of `rnnlm.models.products` follow too), and the Triton ones (what CUDA runs; here in Triton's
     interpreter, on CPU tensors). The switch's two functions, `rnnlm.backend.backend_for` and
-    `gemm_for`, answer the parameter for every device. A failed C++ build fails here. float64
+    `gemm_for`, answer the parameter for every device (one library for both kinds of product). A failed C++ build fails here. float64
     products always run ATen's own GEMM; the float32 tests are the ones that reach oneDNN."""
     from rnnlm import backend as switch
     from rnnlm import native
@@ -152,7 +152,8 @@ def backend(request, monkeypatch):
             pytest.skip("Triton kernels run on CPU tensors only in its interpreter (tests/test_cuda.py runs them on a GPU)")
         assert switch.triton_available(), "triton is not installed"
     monkeypatch.setattr(switch, "backend_for", lambda device: loops)
-    monkeypatch.setattr(switch, "gemm_for", lambda device: gemm or "mkl")
+    gemms = switch.Gemms(gemm or "mkl", gemm or "mkl")
+    monkeypatch.setattr(switch, "gemm_for", lambda device: gemms)
     yield request.param
     if native.compiled() is not None:
-        native.compiled().set_gemm(switch.gemm_for(torch.device("cpu")))  # the machine's own choice again
+        native.compiled().set_gemm(switch.gemm_for(torch.device("cpu")).step)  # the machine's own choice again

@@ -35,9 +35,10 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     assert re.search(r"MKL [\d.]+ GFLOP/s \(\d+% of the faster\), oneDNN [\d.]+ GFLOP/s", out)
     from rnnlm import backend
 
-    assert f"({backend.cpu_vendor()})" in out and backend.cpu_model() in out  # the CPU, vendor and model
+    assert f"({backend.cpu_vendor()}, " in out and backend.cpu_model() in out  # the CPU, vendor and model
     data = json.loads(figures.read_text())
-    assert data["machine"]["gemm"] == backend.gemm_for(torch.device("cpu"))
+    assert data["machine"]["gemm"] == str(backend.gemm_for(torch.device("cpu")))
+    assert data["machine"]["avx512"] == backend.has_avx512()
     assert set(data["matmul_gflops"]) == {"MKL", "oneDNN"} and data["limit_gflops"] == max(data["matmul_gflops"].values())
     ours = next(r for r in data["training"] if r["model"] == "leviathan" and r["implementation"] == "ours")
     assert set(ours) == {"model", "implementation", "ms_per_step", "tokens_per_second", "x_step_by_step", "x_pytorch",

@@ -120,60 +120,117 @@ def test_pip_ninja_is_found_when_no_ninja_is_on_path(monkeypatch):
 # The float32 GEMM: the rule, and that the compiled loops follow it
 
 RECORDED_RATES = {
-    # vendor: GFLOP/s of one 4096^2 float32 product through each library, measured side by side by
-    # benchmarks/speed.py (2 cores each). AMD EPYC (family 26, AVX-512), 2026-11-23: see reports/speed/.
-    "AuthenticAMD": {"mkl": 177.0, "onednn": 396.0},
+    # (vendor, AVX-512): GFLOP/s through each library, measured side by side on 2 cores, of the
+    # large products (4096^2) and of one time step's (64 rows by Leviathan's 1024 x 4096).
+    # AMD EPYC, family 26, AVX-512, 2026-11-23 (benchmarks/speed.py, reports/speed/ at c093fa5):
+    ("AuthenticAMD", True): {"large": {"mkl": 177.0, "onednn": 396.0}, "step": {"mkl": 148.0, "onednn": 385.0}},
+    # AMD EPYC, family 25 (Zen 3), AVX2 only, 2026-11-23, each library's weight packed as the scans pack it:
+    ("AuthenticAMD", False): {"large": {"mkl": 145.0, "onednn": 122.0}, "step": {"mkl": 77.0, "onednn": 105.0}},
 }
 
 
-@pytest.mark.parametrize("vendor", RECORDED_RATES)
-def test_the_rule_picks_the_faster_library_where_rates_were_recorded(vendor):
-    rates = RECORDED_RATES[vendor]
-    assert backend.choose_gemm(vendor, "", True, True) == max(rates, key=rates.get)
+@pytest.mark.parametrize("machine", RECORDED_RATES)
+def test_the_rule_picks_the_faster_library_of_each_kind_where_rates_were_recorded(machine):
+    vendor, avx512 = machine
+    rates = RECORDED_RATES[machine]
+    expected = backend.Gemms(*(max(rates[kind], key=rates[kind].get) for kind in backend.Gemms._fields))
+    assert backend.choose_gemm(vendor, avx512, "", True, True) == expected
 
 
 def test_the_rule_keeps_mkl_on_intel_and_obeys_the_environment_and_the_build():
-    assert backend.choose_gemm("GenuineIntel", "", True, True) == "mkl"  # today's path there: nothing changes
-    assert backend.choose_gemm("HygonGenuine", "", True, True) == "onednn"
-    assert backend.choose_gemm("", "", True, True) == "onednn"  # vendor unknown: not Intel
-    assert backend.choose_gemm("GenuineIntel", "onednn", True, True) == "onednn"
-    assert backend.choose_gemm("AuthenticAMD", "mkl", True, True) == "mkl"
-    assert backend.choose_gemm("AuthenticAMD", "", True, False) == "mkl"  # no oneDNN in this build
-    assert backend.choose_gemm("GenuineIntel", "", False, True) == "onednn"  # no MKL in this build
-    with pytest.raises(RnnlmError, match="RNNLM_GEMM=blis: expected one of mkl, onednn"):
-        backend.choose_gemm("AuthenticAMD", "blis", True, True)
+    Gemms = backend.Gemms
+    assert backend.choose_gemm("GenuineIntel", True, "", True, True) == Gemms("mkl", "mkl")  # nothing changes there
+    assert backend.choose_gemm("GenuineIntel", False, "", True, True) == Gemms("mkl", "mkl")
+    assert backend.choose_gemm("HygonGenuine", True, "", True, True) == Gemms("onednn", "onednn")
+    assert backend.choose_gemm("", False, "", True, True) == Gemms("mkl", "onednn")  # vendor unknown: not Intel
+    assert backend.choose_gemm("GenuineIntel", True, "onednn", True, True) == Gemms("onednn", "onednn")
+    assert backend.choose_gemm("AuthenticAMD", True, "mkl", True, True) == Gemms("mkl", "mkl")
+    assert backend.choose_gemm("GenuineIntel", True, "onednn:mkl", True, True) == Gemms("onednn", "mkl")
+    assert backend.choose_gemm("AuthenticAMD", True, "", True, False) == Gemms("mkl", "mkl")  # no oneDNN in this build
+    assert backend.choose_gemm("AuthenticAMD", False, "", False, True) == Gemms("onednn", "onednn")  # no MKL
+    assert backend.choose_gemm("GenuineIntel", True, "", False, False) == Gemms("mkl", "mkl")  # ATen's own GEMM
+    for wrong in ("blis", "mkl:onednn:mkl", "mkl:", ":onednn"):
+        with pytest.raises(RnnlmError, match=f"RNNLM_GEMM={wrong}: expected mkl, onednn, or two of them as LARGE:STEP"):
+            backend.choose_gemm("AuthenticAMD", True, wrong, True, True)
+
+
+def test_a_gemm_choice_is_named_as_the_environment_variable_takes_it():
+    assert str(backend.Gemms("mkl", "mkl")) == "mkl" and str(backend.Gemms("mkl", "onednn")) == "mkl:onednn"
 
 
 def test_the_environment_variable_reaches_the_switch(monkeypatch):
     monkeypatch.setenv("RNNLM_GEMM", "mkl")
-    assert backend.gemm_for(torch.device("cpu")) == "mkl"
+    assert backend.gemm_for(torch.device("cpu")) == ("mkl", "mkl")
     monkeypatch.setenv("RNNLM_GEMM", "onednn")
-    assert backend.gemm_for(torch.device("cpu")) == "onednn"
+    assert backend.gemm_for(torch.device("cpu")) == ("onednn", "onednn")
+    monkeypatch.setenv("RNNLM_GEMM", "mkl:onednn")
+    assert backend.gemm_for(torch.device("cpu")) == ("mkl", "onednn")
     assert backend.gemm_for(torch.device("meta")) is None
 
 
-@pytest.mark.parametrize("gemm", ["mkl", "onednn"])
-def test_the_compiled_loops_follow_the_chosen_gemm(gemm, monkeypatch):
-    """The switch reaches the C++ products: a float32 scan and a sampling step call the chosen
-    library's op (as the profiler sees them), and give the numbers of the float64 reference."""
+def test_the_cpu_features_are_read_from_the_machine():
+    flags = backend.cpu_flags()
+    if not flags:
+        pytest.skip("/proc/cpuinfo has no flags here")
+    assert backend.has_avx512() == backend.AVX512.issubset(flags)
+    if torch.backends.cpu.get_cpu_capability() == "AVX512":  # PyTorch saw AVX-512 too
+        assert backend.has_avx512()
+
+
+@pytest.mark.parametrize("gemms", [("mkl", "mkl"), ("onednn", "onednn"), ("mkl", "onednn")])
+def test_each_kind_of_product_follows_its_library(gemms, monkeypatch):
+    """The switch reaches every product: a float32 scan's per-step products and the sampling step
+    (C++), and the large products with their gradients (Python) call the chosen library's op for
+    their kind (as the profiler sees them), and give the numbers of the float64 reference."""
     from torch.profiler import ProfilerActivity, profile
 
     from rnnlm.models.cells import gru
+    from rnnlm.models.products import linear, t_mm
 
-    monkeypatch.setattr(backend, "gemm_for", lambda device: gemm)
+    choice = backend.Gemms(*gemms)
+    monkeypatch.setattr(backend, "gemm_for", lambda device: choice)
     torch.manual_seed(0)
     products, h0 = torch.randn(16, 8, 3 * 64), torch.randn(8, 64)
     weight_hh, bias = torch.randn(3 * 64, 64) * 0.2, torch.randn(3 * 64)
     loops = loops_for(CELLS["gru"], products)
-    assert native.compiled().gemm() == gemm
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        hs, _ = loops.forward(products.clone(), h0, weight_hh, bias, None)
-        loops.step(products[0], h0, weight_hh[: 2 * 64].T, weight_hh[2 * 64 :].T)
-    names = {event.name for event in prof.events()}
-    used = {"mkl": "mkl::_mkl_linear", "onednn": "mkldnn::_linear_pointwise"}
-    assert used[gemm] in names and all(op not in names for name, op in used.items() if name != gemm)
+    assert native.compiled().gemm() == choice.step
+    ops = {"mkl": {"mkl::_mkl_linear", "aten::mm", "aten::addmm"}, "onednn": {"mkldnn::_linear_pointwise"}}
+
+    def used(fn) -> set[str]:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        names = {event.name for event in prof.events()}
+        return {library for library, library_ops in ops.items() if names & library_ops}
+
+    assert used(lambda: loops.forward(products.clone(), h0, weight_hh, bias, None)) == {choice.step}
+    # a sampling step with products of at least 2^19 multiply-adds (smaller ones stay on ATen's GEMM)
+    gates_x, h, step_hh = torch.randn(64, 3 * 128), torch.randn(64, 128), torch.randn(3 * 128, 128)
+    assert used(lambda: loops.step(gates_x, h, step_hh[: 2 * 128].T, step_hh[2 * 128 :].T)) == {choice.step}
+    x, w = torch.randn(1024, 64), torch.randn(512, 64)
+    assert used(lambda: linear(x, w)) == {choice.large}
+    assert used(lambda: t_mm(x, torch.randn(1024, 512))) <= {choice.large}  # oneDNN's matmul is no op: unseen
+    hs, _ = loops.forward(products.clone(), h0, weight_hh, bias, None)
     reference, _ = gru.forward(products.double(), h0.double(), weight_hh.double(), bias.double(), None)
     torch.testing.assert_close(hs.double(), reference, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("matmul", [True, False], ids=["onednn-matmul", "onednn-linear"])
+def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch):
+    """a^T b and c + a^T b through oneDNN, on both of its routes: its matmul (a CPU with AVX-512) and
+    its linear op with a copied operand (the route where PyTorch refuses float32 to the matmul)."""
+    from rnnlm.models.products import t_addmm, t_mm
+
+    if matmul and not backend.onednn_matmul_available():
+        pytest.skip("PyTorch's oneDNN matmul takes no float32 on this CPU (no AVX-512)")
+    monkeypatch.setattr(backend, "gemm_for", lambda device: backend.Gemms("onednn", "onednn"))
+    monkeypatch.setattr(backend, "onednn_matmul_available", lambda: matmul)
+    torch.manual_seed(0)
+    a, b, c = torch.randn(2048, 96), torch.randn(2048, 80), torch.randn(96, 80)
+    a_t = torch.randn(2048, 3 * 96)[:, 96 : 2 * 96]  # a slice of the gates: rows wider than itself
+    expected = a.double().T @ b.double()
+    torch.testing.assert_close(t_mm(a, b).double(), expected, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(t_addmm(c.clone(), a, b).double(), expected + c.double(), rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(t_mm(a_t, b).double(), a_t.double().T @ b.double(), rtol=1e-5, atol=1e-3)
 
 
 def test_an_unknown_gemm_is_refused_by_the_compiled_module():

@@ -90,7 +90,7 @@ def test_repro_trains_the_selected_model(train_repo):
     assert metrics["device"] == "cpu"
     from rnnlm import backend
 
-    assert metrics["gemm"] == backend.gemm_for(torch.device("cpu"))  # the products' library is recorded
+    assert metrics["gemm"] == str(backend.gemm_for(torch.device("cpu")))  # the products' libraries are recorded
     steps = (train_repo / "reports/train/steps.tsv").read_text().splitlines()
     assert steps[0].split("\t") == ["step", "epoch", "train_loss", "lr", "tokens_per_second"] and len(steps) == 7
     epochs = (train_repo / "reports/train/epochs.tsv").read_text().splitlines()

@@ -12,15 +12,30 @@ through `rnnlm.models.cells.base.loops_for`); `compiled_for(device)` gives the c
 (the whole-model sampling step and generation loop) when "cpp" runs.
 
 The float32 matrix products on the CPU go through one of the two GEMM libraries PyTorch ships,
-MKL or oneDNN, both exact float32: `gemm_for(device)` decides, by this rule:
+MKL or oneDNN, both exact float32. There are two kinds of product, and `gemm_for(device)` gives a
+library for each (a `Gemms`):
 
-- `RNNLM_GEMM=mkl` or `RNNLM_GEMM=onednn` in the environment, if set (an unknown value is refused);
-- else oneDNN on a CPU whose vendor is not Intel ("AuthenticAMD", "HygonGenuine", ...): MKL does not
-  use AVX-512 there, and oneDNN's products ran at 2.2x MKL's rate on an AMD EPYC (`reports/speed/`);
-- else MKL: on Intel processors, where it is fast and what this project always ran.
-Either falls back to the other when the PyTorch build lacks it. The same vendor always gives the
-same choice, so a machine's runs stay reproducible. `rnnlm.models.products` (the large products)
-and the compiled loops (told through `set_gemm`) follow it.
+- `large`: the products over all T*B rows of a sequence (each layer's input products, the output
+  layer, the weight gradients: `rnnlm.models.products`), most of a training step's work;
+- `step`: the products of one time step, B rows (the scans' hidden-side products, every product
+  of the sampling step: the compiled loops, told through `set_gemm`, and the Python stepper).
+
+The rule (`choose_gemm`), from the CPU's vendor and whether it has AVX-512:
+
+- `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
+- an Intel CPU: MKL for both. MKL is Intel's own and uses every instruction set there; it is
+  what this project always ran on Intel;
+- another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both. MKL does not use
+  AVX-512 on such a CPU; oneDNN does (a 4096^2 product at 2.2x MKL's rate on an AMD EPYC);
+- another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
+  the per-step ones. Both libraries run AVX2 there; MKL's large products were faster (4096^2: 145
+  against 122 GFLOP/s on an AMD EPYC without AVX-512) and oneDNN's narrow ones (64 rows by Leviathan's
+  1024 x 4096: 105 against 77-82; one row: 29 against 7-14). oneDNN's matmul, which reads a
+  transposed operand in place, also refuses float32 without AVX-512 there (`rnnlm.models.products`
+  then copies the operand).
+
+Either library falls back to the other when the PyTorch build lacks it. The same CPU always gives
+the same choice, so a machine's runs repeat themselves bit for bit.
 
 Tests choose a backend by replacing `backend_for`, and a GEMM by replacing `gemm_for` (fixtures in
 `tests/conftest.py`).
@@ -33,6 +48,7 @@ import os
 import warnings
 from functools import cache
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 
@@ -78,7 +94,7 @@ def loops(spec, device: torch.device):
     backend = backend_for(device)
     if backend == "cpp":
         module = native.compiled()
-        module.set_gemm(gemm_for(device))
+        module.set_gemm(gemm_for(device).step)
         return type(spec.python_loops)(*(getattr(module, f"{spec.name}_{f}") for f in spec.python_loops._fields))
     if backend == "triton":
         return importlib.import_module(spec.triton_module).LOOPS
@@ -90,33 +106,52 @@ def compiled_for(device: torch.device) -> ModuleType | None:
     if backend_for(device) != "cpp":
         return None
     module = native.compiled()
-    module.set_gemm(gemm_for(device))
+    module.set_gemm(gemm_for(device).step)
     return module
 
 
-def gemm_for(device: torch.device) -> str | None:
-    """The float32 GEMM of the products on `device`: "mkl" or "onednn" on the CPU (the rule in the
-    module doc), None elsewhere (CUDA runs cuBLAS)."""
+class Gemms(NamedTuple):
+    """The float32 GEMM library ("mkl" or "onednn") of each kind of product (see the module doc)."""
+
+    large: str  # the products over all T*B rows of a sequence
+    step: str  # the products of one time step (B rows)
+
+    def __str__(self) -> str:
+        """"mkl", "onednn", or "LARGE:STEP" when the two differ: the form RNNLM_GEMM takes, and what
+        the training metrics record."""
+        return self.large if self.large == self.step else f"{self.large}:{self.step}"
+
+
+def gemm_for(device: torch.device) -> Gemms | None:
+    """The float32 GEMMs of the products on `device` (the rule in the module doc); None off the
+    CPU (CUDA runs cuBLAS)."""
     if device.type != "cpu":
         return None
     return _cpu_gemm(os.environ.get(GEMM_ENV, ""))
 
 
 @cache
-def _cpu_gemm(requested: str) -> str:
-    return choose_gemm(cpu_vendor(), requested, torch.backends.mkl.is_available(), onednn_available())
+def _cpu_gemm(requested: str) -> Gemms:
+    return choose_gemm(cpu_vendor(), has_avx512(), requested, torch.backends.mkl.is_available(), onednn_available())
 
 
-def choose_gemm(vendor: str, requested: str, has_mkl: bool, has_onednn: bool) -> str:
-    """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), RNNLM_GEMM ("" when
-    unset) and which of the two libraries this PyTorch has."""
-    if requested and requested not in GEMMS:
-        raise RnnlmError(f"{GEMM_ENV}={requested}: expected one of {', '.join(GEMMS)}")
-    preferred = requested or ("mkl" if vendor == "GenuineIntel" else "onednn")
+def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool) -> Gemms:
+    """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
+    AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has."""
+    if requested:
+        parts = requested.split(":")
+        if len(parts) > 2 or any(part not in GEMMS for part in parts):
+            raise RnnlmError(f"{GEMM_ENV}={requested}: expected mkl, onednn, or two of them as LARGE:STEP "
+                             "(say mkl:onednn)")
+        preferred = Gemms(parts[0], parts[-1])
+    elif vendor == "GenuineIntel":
+        preferred = Gemms("mkl", "mkl")
+    elif avx512:
+        preferred = Gemms("onednn", "onednn")
+    else:
+        preferred = Gemms("mkl", "onednn")
     available = {"mkl": has_mkl, "onednn": has_onednn}
-    if available[preferred]:
-        return preferred
-    return "onednn" if preferred == "mkl" and has_onednn else "mkl"
+    return Gemms(*(name if available[name] else "onednn" if has_onednn else "mkl" for name in preferred))
 
 
 def onednn_available() -> bool:
@@ -128,6 +163,13 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def onednn_matmul_available() -> bool:
+    """Whether oneDNN's matmul as PyTorch exposes it (`at::native::mkldnn_matmul`, which reads a
+    transposed operand in place) takes float32 on this CPU: on x86 PyTorch asks for AVX-512 (bw, vl,
+    dq) or AVX-NE-CONVERT even for float32, and refuses it elsewhere."""
+    return onednn_available() and (has_avx512() or "avx_ne_convert" in cpu_flags())
+
+
 def cpu_vendor() -> str:
     """The CPU's vendor string ("GenuineIntel", "AuthenticAMD", ...), "" where it cannot be read."""
     return _cpuinfo("vendor_id")
@@ -136,6 +178,21 @@ def cpu_vendor() -> str:
 def cpu_model() -> str:
     """The CPU's model name ("AMD EPYC", ...), "" where it cannot be read."""
     return _cpuinfo("model name")
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags ("avx2", "avx512f", ...), empty where they cannot be read."""
+    return frozenset(_cpuinfo("flags").split())
+
+
+AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+"""The AVX-512 subsets that PyTorch's and oneDNN's AVX-512 kernels need."""
+
+
+def has_avx512() -> bool:
+    """Whether the CPU has AVX-512 (`AVX512`): then oneDNN's float32 matmul runs, and MKL does not
+    use it on a CPU that is not Intel's."""
+    return AVX512 <= cpu_flags()
 
 
 @cache

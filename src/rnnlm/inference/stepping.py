@@ -80,7 +80,7 @@ class Stepper:
             new_state.append(layer_state)
         if self.norm is not None:
             x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
-        return linear(x, self.head_t.T, self.head_bias), tuple(new_state)
+        return linear(x, self.head_t.T, self.head_bias, step=True), tuple(new_state)
 
 
 def make_step(model: LanguageModel):

@@ -1,15 +1,17 @@
-"""The models' large matrix products, through the float32 GEMM that `rnnlm.backend.gemm_for` chooses.
+"""The models' matrix products outside the compiled loops, through the float32 GEMMs that
+`rnnlm.backend.gemm_for` chooses.
 
 The products over all T*B rows of a sequence (each layer's input products, the output layer, and in
 the backward pass their gradients and the hidden-side weight gradients) are most of a training
-step's work. PyTorch's `torch.mm` runs float32 through MKL, which does not use AVX-512 on AMD
-processors; oneDNN, which PyTorch also ships, does (about 2.2x MKL's rate there, measured by
-`benchmarks/speed.py`). Where the switch says "onednn" and the tensors are float32 on the CPU, the
+step's work; they follow the switch's `large` library. The Python stepper's products (B rows, one
+token) follow its `step` library, as the compiled sampling step does, so the two give the same
+logits bit for bit. Where the library is "onednn" and the tensors are float32 on the CPU, the
 functions here call oneDNN's linear op (`torch.ops.mkldnn._linear_pointwise`: exact float32, no
-reduced-precision math); everywhere else (MKL chosen, float64, CUDA) they are exactly the ATen
-expressions the model used before, so results there do not change by a bit.
+reduced-precision math); everywhere else (MKL chosen, float64, CUDA) they are plain ATen
+expressions (`torch.mm` is MKL's GEMM on the CPU).
 
-In:  `linear(x (..., K), weight (N, K), bias (N) or None)` -> x W^T + b (..., N), with autograd;
+In:  `linear(x (..., K), weight (N, K), bias (N) or None, step=False)` -> x W^T + b (..., N), with
+     autograd (`step=True`: a one-token product of the stepper);
      `t_mm(a (M, N), b (M, K))` -> a^T b (N, K) and `t_addmm(c, a, b)` -> c + a^T b, for the
      hand-written backward passes (no autograd).
 """
@@ -42,10 +44,13 @@ product is latency-bound, and oneDNN's call costs about 15 us on its own, MKL's 
 the two cross near 2^19). The compiled sampling step applies the same rule (kernels.h)."""
 
 
-def uses_onednn(tensor: Tensor, macs: int = MIN_ONEDNN_MACS) -> bool:
-    """Whether a product of `macs` multiply-adds on `tensor` (float32 on the CPU, with oneDNN
-    chosen) runs through oneDNN."""
-    return tensor.dtype == torch.float32 and macs >= MIN_ONEDNN_MACS and backend.gemm_for(tensor.device) == "onednn"
+def uses_onednn(tensor: Tensor, macs: int = MIN_ONEDNN_MACS, step: bool = False) -> bool:
+    """Whether a product of `macs` multiply-adds on `tensor` (float32 on the CPU, with oneDNN chosen
+    for its kind: one time step's if `step`, else the large products') runs through oneDNN."""
+    if tensor.dtype != torch.float32 or macs < MIN_ONEDNN_MACS:
+        return False
+    gemms = backend.gemm_for(tensor.device)
+    return gemms is not None and (gemms.step if step else gemms.large) == "onednn"
 
 
 class _OnednnLinear(torch.autograd.Function):
@@ -67,9 +72,10 @@ class _OnednnLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three."""
-    if not uses_onednn(x, x.numel() * weight.shape[0]):
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, step: bool = False) -> Tensor:
+    """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three; `step`: a product of one
+    time step (the stepper's), which follows the per-step library."""
+    if not uses_onednn(x, x.numel() * weight.shape[0], step):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
     out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, bias)
     return out.view(*x.shape[:-1], weight.shape[0])
@@ -86,7 +92,7 @@ def t_addmm(c: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
     if not uses_onednn(a):
         return a.T @ b if c is None else torch.addmm(c, a.T, b)
     compiled = backend.compiled_for(a.device)
-    if compiled is not None:  # oneDNN's matmul reads a^T in place
+    if compiled is not None and backend.onednn_matmul_available():  # oneDNN's matmul reads a^T in place
         return compiled.onednn_t_addmm(None if c is None else c.contiguous(), a, b)
     # Through the linear op, which copies a transposed input: (K, N) = b^T a, then transposed.
     product = _dense(b.contiguous().t(), a.contiguous().t()).t().contiguous()

@@ -182,8 +182,10 @@ def processor_name(device: torch.device) -> str:
 
 
 def products_gemm(device: torch.device) -> str:
-    """The library that runs the float32 matrix products on `device` (`rnnlm.backend.gemm_for`)."""
-    return backend.gemm_for(device) or ("cublas" if device.type == "cuda" else "aten")
+    """The libraries that run the float32 matrix products on `device` (`rnnlm.backend.gemm_for`):
+    "mkl", "onednn", or "LARGE:STEP" on the CPU, "cublas" on CUDA."""
+    gemms = backend.gemm_for(device)
+    return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
 
 
 @dataclass
@@ -191,7 +193,7 @@ class TrainResult:
     checkpoint: Checkpoint
     history: History
     device: str
-    gemm: str  # the library of the float32 matrix products: "mkl" or "onednn" on the CPU, "cublas" on CUDA
+    gemm: str  # the libraries of the float32 products: "mkl", "onednn" or "LARGE:STEP" on the CPU, "cublas" on CUDA
     processor: str  # the CPU's or GPU's model name
     parameters: int
     seconds: float

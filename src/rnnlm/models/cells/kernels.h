@@ -9,9 +9,9 @@
 // - each step's elementwise work is one pass over the step's rows (where the Python loop makes five
 //   to ten ATen calls), with ATen's vectorised exp/tanh (at::vec::Vectorized, the code behind
 //   torch.sigmoid and torch.tanh) and at::parallel_for over the batch rows;
-// - the matrix products go through the float32 GEMM that rnnlm.backend chose for this machine
-//   (MKL or oneDNN, both exact float32; set_gemm below), the hidden-side one of a scan packed once
-//   per sequence into the GEMM's own layout (StepProduct).
+// - the matrix products go through the float32 GEMM that rnnlm.backend chose for this machine's
+//   per-step products (MKL or oneDNN, both exact float32; set_gemm below), the hidden-side one of a
+//   scan packed once per sequence into the GEMM's own layout (StepProduct).
 //
 // Shapes: T steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
 
@@ -108,9 +108,10 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 
 // ---------------------------------------------------------------- products
 
-// Which library runs the float32 matrix products (float64 always runs ATen's own, MKL's where it is
-// built): the choice of rnnlm.backend.gemm_for, told to this module by set_gemm when it hands out
-// the compiled loops. PyTorch ships both; MKL does not use AVX-512 on AMD processors, oneDNN does.
+// Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
+// where it is built): the `step` library of rnnlm.backend.gemm_for, told to this module by set_gemm
+// when it hands out the compiled loops. PyTorch ships both; MKL does not use AVX-512 on AMD
+// processors, oneDNN does, and its narrow products were the faster on an AMD CPU without AVX-512 too.
 enum class Gemm { mkl, onednn };
 
 // The process's choice (MKL until set).
@@ -145,7 +146,9 @@ Tensor step_product(const Tensor& x, const Tensor& w_t);
 Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t);
 
 // a (M, N), b (M, K) -> a^T b (N, K) through oneDNN's matmul, which reads a transposed operand in
-// place (PyTorch's linear op copies it first); with `c` (N, K): c += a^T b, in place. float32 only.
+// place (PyTorch's linear op copies it first); with `c` (N, K): c += a^T b, in place. float32 only,
+// and only where PyTorch lets oneDNN's matmul take float32 (rnnlm.backend.onednn_matmul_available:
+// on x86, a CPU with AVX-512); called for the large products, whatever set_gemm chose.
 Tensor onednn_t_addmm(const std::optional<Tensor>& c, const Tensor& a, const Tensor& b);
 
 // ---------------------------------------------------------------- the registry of cells

@@ -31,6 +31,10 @@ does these products in float32 samples faster; at batch 1 they read every weight
 character, so for the larger models they bound the rate by memory bandwidth. They run through the
 same GEMM as ours.
 
+`--gemm-choices` (CPU) times our training step once more under every value of RNNLM_GEMM (MKL or
+oneDNN for the large products and for the per-step ones), side by side, beside the choice that
+`rnnlm.backend`'s rule makes for this machine: the evidence that the rule picks the fastest.
+
 `--markdown PATH` and `--json PATH` write what is printed, and every figure of both tables (model,
 implementation, ms per step, ratios, GFLOP/s, share of the limit; the sampling rates and ratios),
 with the machine, to files (reports/speed/ keeps them).
@@ -238,6 +242,55 @@ def benchmark_training(name: str, config: ModelConfig, settings: Settings, devic
 
 
 # ---------------------------------------------------------------------------------------------
+# The GEMM choices
+
+GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")
+"""Every value of RNNLM_GEMM: one library for both kinds of product, or LARGE:STEP."""
+
+
+def under_gemm(choice: str, fn: Callable[[], object]) -> Callable[[], object]:
+    """fn, run with RNNLM_GEMM=choice (the switch reads the variable at every product)."""
+
+    def run() -> object:
+        previous = os.environ.get(backend.GEMM_ENV)
+        os.environ[backend.GEMM_ENV] = choice
+        try:
+            return fn()
+        finally:
+            if previous is None:
+                del os.environ[backend.GEMM_ENV]
+            else:
+                os.environ[backend.GEMM_ENV] = previous
+
+    return run
+
+
+def benchmark_gemm_choices(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> dict:
+    """Our training step at one model's shape under each GEMM choice, timed side by side, beside the
+    rule's own choice for this machine: which is fastest, and how far the rule's is from it."""
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(config.vocab_size, (settings.batch, settings.seq_len + 1), generator=generator)
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    contenders = {choice: under_gemm(choice, our_training_step(config, tokens, targets, device, graph=False)[1])
+                  for choice in GEMM_CHOICES}
+    medians = side_by_side(contenders, settings.repeats, device)
+    chosen = str(backend.choose_gemm(backend.cpu_vendor(), backend.has_avx512(), "", torch.backends.mkl.is_available(),
+                                     backend.onednn_available()))
+    fastest = min(medians, key=medians.get)
+    return {"model": name, "ms_per_step": {c: 1e3 * t for c, t in medians.items()}, "rule": chosen,
+            "fastest": fastest, "rule_share_of_fastest": medians[fastest] / medians[chosen]}
+
+
+def gemm_choices_table(records: list[dict]) -> str:
+    lines = ["| model | " + " | ".join(f"{c} ms/step" for c in GEMM_CHOICES) + " | the rule's choice | fastest "
+             "| the rule's speed, share of the fastest |", "|---|" + "---:|" * len(GEMM_CHOICES) + "---|---|---:|"]
+    for r in records:
+        times = " | ".join(f"{r['ms_per_step'][c]:,.1f}" for c in GEMM_CHOICES)
+        lines.append(f"| {r['model']} | {times} | {r['rule']} | {r['fastest']} | {100 * r['rule_share_of_fastest']:.0f}% |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
 # Sampling
 
 
@@ -416,6 +469,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--only", choices=["training", "sampling"], help="measure one of the two parts")
+    parser.add_argument("--gemm-choices", action="store_true",
+                        help="CPU: also time our training step under every RNNLM_GEMM choice, beside the rule's")
     parser.add_argument("--allow-tf32", action="store_true",
                         help="CUDA: let every implementation's float32 products use TF32 (default: exact float32)")
     parser.add_argument("--markdown", type=Path, help="also write the printed report to this file")
@@ -446,6 +501,8 @@ def main(argv: list[str] | None = None) -> None:
     figures = {"machine": info, "settings": dataclasses.asdict(settings), "matmul_gflops": rates, "limit_gflops": limit}
     if args.only != "sampling":
         figures["training"] = measure_training(configs, settings, device, limit, report)
+    if args.gemm_choices and device.type == "cpu" and args.only != "sampling":
+        figures["gemm_choices"] = measure_gemm_choices(configs, settings, device, report)
     if args.only != "training":
         figures["sampling"] = measure_sampling(configs, load_params(args.params), settings, device, report)
     if args.markdown:
@@ -477,6 +534,17 @@ def measure_training(configs: dict[str, ModelConfig], settings: Settings, device
         print(f"  measured {name}", file=sys.stderr, flush=True)
     records = training_records(rows, configs, limit)
     report.say(training_table(records) + "\n")
+    return records
+
+
+def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
+                         report: Report) -> list[dict]:
+    report.say(f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:STEP, medians of {settings.repeats})\n")
+    records = []
+    for name, config in configs.items():
+        records.append(benchmark_gemm_choices(name, config, settings, device))
+        print(f"  compared GEMMs on {name}", file=sys.stderr, flush=True)
+    report.say(gemm_choices_table(records) + "\n")
     return records
 
 

@@ -40,10 +40,15 @@ def _refeed_reference(model, prompt, decoding, steps, num_samples, seed):
 
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=lambda d: d.strategy)
-def test_stateful_equals_refeeding_the_prefix(model, decoding, backend):
+def test_stateful_equals_refeeding_the_prefix(model, decoding, backend, monkeypatch):
+    from rnnlm import backend as switch
+
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     got = generate(model, prompt, mode="stateful", decoding=decoding, max_new_tokens=40, num_samples=3,
                    generator=make_generator(11))
+    # The reference re-reads the whole prefix 40 times: the readable Python loops run it (in Triton's
+    # interpreter that alone took half a minute per strategy); in float64 the loops agree to rounding.
+    monkeypatch.setattr(switch, "backend_for", lambda device: "python")
     assert torch.equal(got, _refeed_reference(model, prompt, decoding, 40, 3, seed=11))
 
 

@@ -45,6 +45,27 @@ def test_params_errors_through_dvc_repro(tmp_path, edit, message):
     assert not (root / "data/raw/tinyshakespeare.txt").exists()  # the first stage already refused
 
 
+@pytest.fixture(scope="module")
+def prepared_repo(tmp_path_factory):
+    """A repository whose data stages have run (tiny models): the train stage's refusals start here,
+    each with its own edit of params.yaml, put back after it."""
+    root = make_dvc_repo(tmp_path_factory.mktemp("prepared") / "repo", CORPUS, _tiny_models)
+    run(["dvc", "repro", "tokenizer"], root)
+    return root
+
+
+def _repro_train_with(root, edit_train: dict) -> subprocess.CompletedProcess:
+    params = root / "params.yaml"
+    original = params.read_text()
+    edited = yaml.safe_load(original)
+    edited["train"].update(edit_train)
+    params.write_text(yaml.safe_dump(edited, sort_keys=False))
+    try:
+        return run(["dvc", "repro", "train"], root, check=False)
+    finally:
+        params.write_text(original)
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -55,16 +76,21 @@ def test_params_errors_through_dvc_repro(tmp_path, edit, message):
     ],
     ids=["batch too large for memory", "window longer than the validation split"],
 )
-def test_training_requests_refused_by_the_train_stage(tmp_path, edit, message):
-    def broken(params):
-        _tiny_models(params)
-        params["train"].update(edit)
-
-    root = make_dvc_repo(tmp_path / "repo", CORPUS, broken)
-    done = run(["dvc", "repro"], root, check=False)
+def test_training_requests_refused_by_the_train_stage(prepared_repo, edit, message):
+    done = _repro_train_with(prepared_repo, edit)
     assert done.returncode != 0
     assert _error_line(done).startswith(message)
-    assert not (root / "models/model.pt").exists() and not (root / "reports/train/metrics.json").exists()
+    assert not (prepared_repo / "models/model.pt").exists()
+    assert not (prepared_repo / "reports/train/metrics.json").exists()
+
+
+def test_cuda_without_gpu_stops_the_stage(prepared_repo):
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+    done = _repro_train_with(prepared_repo, {"device": "cuda"})
+    assert done.returncode != 0
+    assert "error: train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'" in done.stderr + done.stdout
+    assert not (prepared_repo / "models/model.pt").exists()
 
 
 def test_corpus_checksum_mismatch(tmp_path):

@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 20 min on 2 cores
     PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
     PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
-    PYTHONPATH=src python benchmarks/speed.py --markdown reports/speed/cpu.md --json reports/speed/cpu.json
+    PYTHONPATH=src python benchmarks/speed.py --gemm-choices --markdown reports/speed/cpu-NAME.md --json reports/speed/cpu-NAME.json
 
 Everything is measured in this one process, side by side: for each model shape, the three
 implementations are warmed up, then timed in turn, round after round, so that whatever else the

@@ -14,7 +14,7 @@ from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
 from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
 from rnnlm.params import load_params
-from rnnlm.reporting.generation_run import read_generations
+from rnnlm.reporting.generation_record import read_generations
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import json
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.errors import RnnlmError, command_args, run_main
-from rnnlm.reporting.generation_run import read_generations
+from rnnlm.reporting.generation_record import read_generations
 from rnnlm.reporting.generation_markdown import to_markdown
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rnnlm.params import GenerateParams
-from rnnlm.reporting.generation_run import GenerationRun, Sample
+from rnnlm.reporting.generation_record import GenerationRun, Sample
 from rnnlm.reporting.generation_markdown import to_markdown
 
 SETTINGS = GenerateParams(prompts=("ROMEO: ", "KING: ", "FIRST CITIZEN: "), max_new_tokens=30, temperature=0.8,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from rnnlm.reporting.generation_run import GenerationRun, Sample
+from rnnlm.reporting.generation_record import GenerationRun, Sample
 
 
 def _cell(sample: Sample) -> str:

@@ -1,52 +1,23 @@
 """Sample a checkpoint for every prompt, strategy and mode: the data of the generation report.
 
 In:  a checkpoint, params `generate`, a seed.
-Out: a `GenerationRun` (model, checkpoint identity, settings, samples), saved as generations.json.
-Nothing in it changes from run to run, so the same checkpoint and settings give the same bytes.
+Out: a `GenerationRun` (`rnnlm.reporting.generation_record`: model, checkpoint identity, settings,
+samples), saved as generations.json. Nothing in it changes from run to run, so the same checkpoint
+and settings give the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from rnnlm.models.checkpoint import Checkpoint
-from rnnlm.errors import RnnlmError
 from rnnlm.models.language_model import count_parameters
 from rnnlm.params import GenerateParams, as_dict
 from rnnlm.inference.sampling import MODES, Decoding, generate, make_generator
-
-
-@dataclass(frozen=True)
-class Sample:
-    prompt: str
-    strategy: str
-    decoding: str
-    mode: str
-    text: str
-    new_tokens: int
-
-
-@dataclass
-class GenerationRun:
-    model: str
-    checkpoint: dict[str, Any]
-    settings: dict[str, Any]
-    samples: list[Sample] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> GenerationRun:
-        raw = json.loads(text)
-        raw["samples"] = [Sample(**s) for s in raw["samples"]]
-        return cls(**raw)
+from rnnlm.reporting.generation_record import GenerationRun, Sample
 
 
 def report_decodings(settings: GenerateParams) -> dict[str, Decoding]:
@@ -85,11 +56,3 @@ def run_generations(checkpoint: Checkpoint, checkpoint_path: str | Path, setting
                 text = tokenizer.decode(prompt_ids + new[0].tolist())
                 run.samples.append(Sample(prompt, strategy, decoding.describe(), mode, text, new.shape[1]))
     return run
-
-
-def read_generations(path: str | Path) -> GenerationRun:
-    """A `GenerationRun` saved by the generate stage."""
-    try:
-        return GenerationRun.from_json(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise RnnlmError(f"{path}: cannot read the generations ({error}); run the generate stage") from error

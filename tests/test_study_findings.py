@@ -87,8 +87,12 @@ def test_claim_4_needs_the_first_epochs_scores(tmp_path):
     finding = sf.one_stateful_epoch_beats_stateless([kept, old])
     assert finding.verdict == sf.SUPPORTED and "still to be measured: astra_beta" in finding.insight
     assert sf.one_stateful_epoch_beats_stateless([old]).verdict == sf.NOT_MEASURED
+    assert "Here the inference mode is worth more" in finding.insight
     slow = make_run(tmp_path, "rnn_alpha", stateless=3.7, first_epoch={"stateful_bpc": 3.9, "stateless_bpc": 4.0})
-    assert sf.one_stateful_epoch_beats_stateless([kept, slow]).verdict == sf.MIXED
+    mixed = sf.one_stateful_epoch_beats_stateless([kept, slow])
+    assert mixed.verdict == sf.MIXED
+    assert "beat the final weights without it by 0.800 bits per character (astra_alpha)" in mixed.insight
+    assert "They do not for rnn_alpha (+0.200 bits, epochs of — steps)" in mixed.insight and "worth more" not in mixed.insight
 
 
 def test_claim_5_reads_leviathans_epoch_curve(tmp_path):

@@ -185,25 +185,36 @@ def subwords_amplify_the_failure(records: list[StudyRun]) -> Finding:
 def one_stateful_epoch_beats_stateless(records: list[StudyRun]) -> Finding:
     measured = [r for r in records if r.metrics.get("first_epoch")]
     missing = [r.model for r in records if not r.metrics.get("first_epoch")]
-    table = ["| model | stateful after epoch 1 | stateless after the last epoch | difference | epochs |",
-             "|---|---:|---:|---:|---:|"]
-    held = []
+    table = ["| model | stateful after epoch 1 | stateless after the last epoch | difference | steps per epoch | epochs |",
+             "|---|---:|---:|---:|---:|---:|"]
+    margins = {}  # model -> how far epoch 1's stateful score is below the final stateless one (bits per character)
+    per_epoch = {}  # model -> its epoch's length in steps, as "1,234" (or "—" where not recorded)
     for r in measured:
         first = r.metrics["first_epoch"]["stateful_bpc"]
-        held.append(first < r.metrics["stateless_bpc"])
+        margins[r.model] = r.metrics["stateless_bpc"] - first
+        steps = r.train.get("steps")
+        per_epoch[r.model] = f"{steps // r.entry['epochs']:,}" if steps else "—"
         table.append(f"| {r.model} | {_b(first)} | {_b(r.metrics['stateless_bpc'])} | "
-                     f"{first - r.metrics['stateless_bpc']:+.3f} | {r.entry['epochs']} |")
-    margins = [r.metrics["stateless_bpc"] - r.metrics["first_epoch"]["stateful_bpc"] for r in measured]
-    insight = (f"Measured for {', '.join(r.model for r in measured) or 'no run'}"
-               + (f" (still to be measured: {', '.join(missing)}: their runs predate keeping epoch 1's weights)"
-                  if missing else "") + "."
-               + (f" One epoch used with the state carried is {_span(margins, '.3f')} bits per character better than "
-                  f"the whole run used without it: here the inference mode is worth more than all the epochs after "
-                  f"the first." if measured else ""))
+                     f"{first - r.metrics['stateless_bpc']:+.3f} | {per_epoch[r.model]} | {r.entry['epochs']} |")
+    held = [margin > 0 for margin in margins.values()]
+    wins = {m: v for m, v in margins.items() if v > 0}
+    losses = {m: v for m, v in margins.items() if v <= 0}
+    sentences = [f"Measured for {', '.join(margins) or 'no run'}"
+                 + (f" (still to be measured: {', '.join(missing)}: their runs predate keeping epoch 1's weights)"
+                    if missing else "") + "."]
+    if wins:
+        sentences.append(f"Epoch 1's weights with the state carried beat the final weights without it by "
+                         f"{_span(list(wins.values()), '.3f')} bits per character ({', '.join(wins)}).")
+    if losses:
+        sentences.append(f"They do not for {', '.join(f'{m} ({-v:+.3f} bits, epochs of {per_epoch[m]} steps)' for m, v in losses.items())}: "
+                         f"an epoch here is a fixed number of steps, not a pass over the corpus, so one epoch is less "
+                         f"training for some models than for others.")
+    elif wins:
+        sentences.append("Here the inference mode is worth more than all the epochs after the first.")
     return Finding(4, "One epoch of training used statefully gives better text than dozens of epochs used "
                       "statelessly.", _overall(held),
                    "for every run that kept its weights after epoch 1, their stateful bits per character are below "
-                   "the final weights' stateless bits per character", table, insight)
+                   "the final weights' stateless bits per character", table, " ".join(sentences))
 
 
 def leviathan_overfits_early(records: list[StudyRun], model: str = "leviathan") -> Finding:

@@ -62,6 +62,34 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     assert not any(line.startswith("| scribe_alpha | 1 |") for line in out.splitlines())
 
 
+def test_gemm_choices_time_every_value_of_the_variable_beside_the_rules(tmp_path):
+    figures = tmp_path / "speed.json"
+    result = _benchmark("--models", "astra_alpha", "--only", "training", "--gemm-choices", "--json", str(figures))
+    assert result.returncode == 0, result.stderr
+    assert "## Our training step under each GEMM choice" in result.stdout
+    from rnnlm import backend
+
+    (record,) = json.loads(figures.read_text())["gemm_choices"]
+    assert record["model"] == "astra_alpha" and set(record["ms_per_step"]) == {"mkl", "onednn", "mkl:onednn", "onednn:mkl"}
+    assert record["rule"] == str(backend.gemm_for(torch.device("cpu")))  # what this machine's runs use
+    times = record["ms_per_step"]
+    assert record["fastest"] == min(times, key=times.get)
+    assert record["rule_share_of_fastest"] == pytest.approx(times[record["fastest"]] / times[record["rule"]])
+
+
+def test_a_gemm_choice_applies_to_its_call_alone(monkeypatch):
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import speed
+    from rnnlm import backend
+
+    monkeypatch.setenv("RNNLM_GEMM", "onednn")
+    seen = speed.under_gemm("mkl:onednn", lambda: backend.gemm_for(torch.device("cpu")))()
+    assert seen == ("mkl", "onednn") and os.environ["RNNLM_GEMM"] == "onednn"  # set for the call, then put back
+    monkeypatch.delenv("RNNLM_GEMM")
+    speed.under_gemm("mkl", lambda: None)()
+    assert "RNNLM_GEMM" not in os.environ
+
+
 def test_bad_repeats_is_a_clear_error():
     result = _benchmark("--repeats", "0")
     assert result.returncode == 2

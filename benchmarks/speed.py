@@ -16,7 +16,10 @@ machine's limit: a large float32 matrix product measured at the start through bo
 PyTorch ships on the CPU, MKL (`torch.mm`, and `mkl::_mkl_linear` with its weight packed once) and
 oneDNN (`mkldnn::_linear_pointwise`, plain and packed), each library's faster form, and the faster
 of the two libraries. The header names the CPU (vendor, model, AVX-512 or not) and the libraries
-`rnnlm.backend` chose for our large and per-step products. Peak memory is what a step
+`rnnlm.backend` chose for our large and per-step products. Beside them, "products alone": only
+the matrix products of our step (forward and backward, each through our library for its kind, the
+hidden-side weights packed per sequence as the scans pack them), nothing else; "% of products
+alone" says how close an implementation comes to that time. Peak memory is what a step
 allocates on top of what was held before it (tensors only, from the profiler's allocation events
 on the CPU, from the allocator's statistics on CUDA).
 
@@ -70,7 +73,7 @@ from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
 from rnnlm import backend  # noqa: E402
 from rnnlm.atomic import write_text_atomic  # noqa: E402
-from rnnlm.models.products import uses_onednn  # noqa: E402
+from rnnlm.models.products import linear, t_mm, uses_onednn  # noqa: E402
 
 CHAR_VOCAB = 65
 STUDY_MODELS = ("astra_alpha", "astra_beta", "astra_gamma", "scribe_alpha", "scribe_beta", "scribe_gamma", "leviathan")
@@ -191,9 +194,95 @@ def our_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor, devi
     return count_parameters(model), lambda: step(tokens, targets)
 
 
+HIDDEN_PRODUCTS = {"gru": (2, 1), "lstm": (4,), "rnn": (1,)}
+"""Per cell, the hidden-side products of one time step, in multiples of H output rows: the GRU's
+candidate needs r * h_prev, so its r, z rows and its candidate's rows are two products (gru.cpp)."""
+
+
+def step_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], Tensor]:
+    """x (batch, K) -> x W^T for W (N, K), as a compiled scan runs it (`StepProduct` in
+    cells/kernels.cpp): in float32 on the CPU, W packed once into the per-step library's layout,
+    oneDNN's or MKL's, and each step's product on the packed copy."""
+    onednn_packed = uses_onednn(weight, step=True) and steps >= 4
+    mkl_packed = (weight.device.type == "cpu" and weight.dtype == torch.float32 and steps >= 4
+                  and not uses_onednn(weight, step=True) and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+    weight = weight.contiguous()
+    if onednn_packed:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch)
+        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    if mkl_packed:
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, batch)
+        return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, None, batch)
+    return lambda x: torch.mm(x, weight.T)
+
+
+def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple[Callable[[], None], int]:
+    """A closure doing only the matrix products of one training step of `model` (forward and
+    backward, each through the library our step uses for its kind, nothing else), and their count
+    of multiply-adds: the time no implementation doing these products in float32 can beat.
+
+    Per layer: the scan's hidden-side products, `steps` of them forward on (batch, H) and `steps`
+    backward on (batch, G*H), with the weights packed per sequence as the scans pack them; the
+    hidden-side weight gradient over all N = steps * batch rows; above the first layer, the input
+    products, their input gradient and their weight gradient over N rows; for the first layer, the
+    (V, G*H) table and its two gradients; the output layer and its two gradients."""
+    config, n = model.config, steps * batch
+    hidden, vocab, embd = config.hidden, config.vocab_size, config.embd
+    head = model.head.weight.detach()  # (V, H)
+
+    def rand(*shape: int) -> Tensor:  # (shape) inputs and output gradients; the values do not matter
+        return torch.randn(*shape, dtype=head.dtype, device=head.device)
+
+    x, grad_out = rand(n, hidden), rand(n, vocab)  # a layer's input and output (N, H); d logits (N, V)
+    table_grad = rand(vocab, model.layers[0].cell.weight_ih.shape[0])  # d first-layer table (V, G*H)
+    h_step = rand(batch, hidden)  # one step's state (batch, H)
+    macs = 0
+    large: list[Callable[[], Tensor]] = []
+    scans: list[Tensor] = []  # each layer's hidden-side weight (G*H, H)
+    large += [functools.partial(linear, x, head), functools.partial(linear, grad_out, head.T),
+              functools.partial(t_mm, grad_out, x)]
+    macs += 3 * n * hidden * vocab
+    for i, layer in enumerate(model.layers):
+        w_ih, w_hh = layer.cell.weight_ih.detach(), layer.cell.weight_hh.detach()  # (G*H, I), (G*H, H)
+        gates = w_hh.shape[0]
+        grad_gates = rand(n, gates)  # d pre-activations (N, G*H)
+        large.append(functools.partial(t_mm, grad_gates, x))  # d W_hh
+        macs += n * gates * hidden
+        if i == 0:
+            emb = model.embedding.weight.detach()  # (V, E)
+            large += [functools.partial(linear, emb, w_ih), functools.partial(t_mm, table_grad, emb),
+                      functools.partial(linear, table_grad, w_ih.T)]
+            macs += 3 * vocab * embd * gates
+        else:
+            large += [functools.partial(linear, x, w_ih), functools.partial(linear, grad_gates, w_ih.T),
+                      functools.partial(t_mm, grad_gates, x)]
+            macs += 3 * n * hidden * gates
+        scans.append(w_hh)
+        macs += 2 * n * gates * hidden
+    cells = HIDDEN_PRODUCTS[config.cell]
+
+    def run() -> None:
+        with torch.no_grad():
+            for product in large:
+                product()
+            for w_hh in scans:
+                groups = torch.split(w_hh, [k * hidden for k in cells])  # each (k H, H)
+                forward = [step_products(w, batch, steps) for w in groups]
+                for _ in range(steps):
+                    for product in forward:
+                        product(h_step)
+                backward = [step_products(w.T, batch, steps) for w in groups]
+                grads = [rand(batch, w.shape[0]) for w in groups]
+                for _ in range(steps):
+                    for product, g in zip(backward, grads):
+                        product(g)
+
+    return run, macs
+
+
 def training_contenders(config: ModelConfig, tokens: Tensor, targets: Tensor, device: torch.device):
     """Name -> training-step closure, for each implementation of one model shape (on CUDA, ours
-    both eager and replayed as a CUDA graph)."""
+    both eager and replayed as a CUDA graph), and the matrix products of our step alone."""
     study = StepByStepLM(config).to(device).train()
     library = TorchLM(config).to(device).train()
     parameters, ours = our_training_step(config, tokens, targets, device, graph=False)
@@ -201,6 +290,8 @@ def training_contenders(config: ModelConfig, tokens: Tensor, targets: Tensor, de
     if device.type == "cuda":
         contenders["ours (graph)"] = our_training_step(config, tokens, targets, device, graph=True)[1]
     contenders["PyTorch"] = reference_training_step(library, tokens, targets)
+    batch, steps = tokens.shape
+    contenders["products alone"] = training_products_alone(RecurrentLM(config).to(device), batch, steps)[0]
     return parameters, contenders
 
 
@@ -378,6 +469,7 @@ def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig], l
     records = []
     for r in rows:
         study, library = by_key[(r.model, "step-by-step")], by_key[(r.model, "PyTorch")]
+        products = by_key[(r.model, "products alone")]
         gflops = r.flops / r.seconds / 1e9
         records.append({
             "model": r.model,
@@ -388,6 +480,7 @@ def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig], l
             "x_pytorch": library.seconds / r.seconds,
             "gflops": gflops,
             "share_of_limit": gflops / limit,
+            "share_of_products_alone": products.seconds / r.seconds,
             "peak_mb": r.peak / 2**20,
         })
     return records
@@ -395,14 +488,15 @@ def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig], l
 
 def training_table(records: list[dict]) -> str:
     lines = [
-        "| model | implementation | ms/step | tokens/s | × step-by-step | × PyTorch | GFLOP/s | % of the limit | peak MB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | implementation | ms/step | tokens/s | × step-by-step | × PyTorch | GFLOP/s | % of the limit "
+        "| % of products alone | peak MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
         lines.append(
             f"| {r['model']} | {r['implementation']} | {r['ms_per_step']:,.1f} | {r['tokens_per_second']:,.0f} | "
             f"{r['x_step_by_step']:.2f} | {r['x_pytorch']:.2f} | {r['gflops']:.1f} | "
-            f"{100 * r['share_of_limit']:.0f}% | {r['peak_mb']:,.1f} |"
+            f"{100 * r['share_of_limit']:.0f}% | {100 * r['share_of_products_alone']:.0f}% | {r['peak_mb']:,.1f} |"
         )
     return "\n".join(lines)
 

@@ -42,8 +42,10 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     assert set(data["matmul_gflops"]) == {"MKL", "oneDNN"} and data["limit_gflops"] == max(data["matmul_gflops"].values())
     ours = next(r for r in data["training"] if r["model"] == "leviathan" and r["implementation"] == "ours")
     assert set(ours) == {"model", "implementation", "ms_per_step", "tokens_per_second", "x_step_by_step", "x_pytorch",
-                         "gflops", "share_of_limit", "peak_mb"}
+                         "gflops", "share_of_limit", "share_of_products_alone", "peak_mb"}
     assert ours["share_of_limit"] == pytest.approx(ours["gflops"] / data["limit_gflops"])
+    alone = next(r for r in data["training"] if r["model"] == "leviathan" and r["implementation"] == "products alone")
+    assert ours["share_of_products_alone"] == pytest.approx(alone["ms_per_step"] / ours["ms_per_step"])
     sampled = next(r for r in data["sampling"] if r["model"] == "leviathan" and r["batch"] == 1)
     assert set(sampled["chars_per_second"]) == {"step-by-step", "ours", "PyTorch", "products alone"}
     assert sampled["ours_share_of_products_alone"] == pytest.approx(
@@ -147,3 +149,29 @@ def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
     written = {word for command in commands for word in command}
     for path in gpu_check.OUTPUTS.values():  # every file it keeps is one a stage writes, or writes into
         assert path in written or str(Path(path).parent) in written, path
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_training_products_alone_does_every_product_of_a_step_and_no_other(cell):
+    """In float64 every product is a plain ATen one, which the FLOP counter sees: the closure's
+    products must add up to three times the forward pass's multiply-adds (forward, input gradients,
+    weight gradients), counted here from the model's shapes."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import speed
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from rnnlm.models.language_model import ModelConfig, RecurrentLM
+
+    config = ModelConfig(cell=cell, vocab_size=11, embd=5, hidden=6, layers=3)
+    gates = {"gru": 3, "lstm": 4, "rnn": 1}[cell] * config.hidden
+    batch, steps = 3, 7
+    n = batch * steps
+    forward = (config.vocab_size * config.embd * gates  # the first layer's table
+               + config.layers * n * config.hidden * gates  # hidden side, every layer
+               + (config.layers - 1) * n * config.hidden * gates  # input side above the first layer
+               + n * config.hidden * config.vocab_size)  # output layer
+    run, macs = speed.training_products_alone(RecurrentLM(config).double(), batch, steps)
+    with FlopCounterMode(display=False) as counter:
+        run()
+    assert macs == 3 * forward
+    assert counter.get_total_flops() == 2 * macs

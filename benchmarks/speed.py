@@ -199,18 +199,21 @@ HIDDEN_PRODUCTS = {"gru": (2, 1), "lstm": (4,), "rnn": (1,)}
 candidate needs r * h_prev, so its r, z rows and its candidate's rows are two products (gru.cpp)."""
 
 
+MIN_STEPS_TO_PACK = 4
+"""`StepProduct::kMinStepsToPack` (cells/kernels.h): shorter sequences use the weight as it is."""
+
+
 def step_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], Tensor]:
     """x (batch, K) -> x W^T for W (N, K), as a compiled scan runs it (`StepProduct` in
-    cells/kernels.cpp): in float32 on the CPU, W packed once into the per-step library's layout,
-    oneDNN's or MKL's, and each step's product on the packed copy."""
-    onednn_packed = uses_onednn(weight, step=True) and steps >= 4
-    mkl_packed = (weight.device.type == "cpu" and weight.dtype == torch.float32 and steps >= 4
-                  and not uses_onednn(weight, step=True) and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+    cells/kernels.cpp): in float32 on the CPU through the per-step library, W packed once into its
+    layout when the sequence has at least MIN_STEPS_TO_PACK steps; otherwise ATen's product."""
     weight = weight.contiguous()
-    if onednn_packed:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch)
+    pack = steps >= MIN_STEPS_TO_PACK
+    if uses_onednn(weight, step=True):
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch) if pack else weight
         return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-    if mkl_packed:
+    if (pack and weight.device.type == "cpu" and weight.dtype == torch.float32
+            and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")):
         packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, batch)
         return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, None, batch)
     return lambda x: torch.mm(x, weight.T)

@@ -241,7 +241,7 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
     h_step = rand(batch, hidden)  # one step's state (batch, H)
     macs = 0
     large: list[Callable[[], Tensor]] = []
-    scans: list[Tensor] = []  # each layer's hidden-side weight (G*H, H)
+    scans: list[list[tuple[Tensor, Tensor]]] = []  # per layer, per product: (weight (k H, H), its d output (batch, k H))
     large += [functools.partial(linear, x, head), functools.partial(linear, grad_out, head.T),
               functools.partial(t_mm, grad_out, x)]
     macs += 3 * n * hidden * vocab
@@ -260,25 +260,23 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
             large += [functools.partial(linear, x, w_ih), functools.partial(linear, grad_gates, w_ih.T),
                       functools.partial(t_mm, grad_gates, x)]
             macs += 3 * n * hidden * gates
-        scans.append(w_hh)
+        groups = torch.split(w_hh, [k * hidden for k in HIDDEN_PRODUCTS[config.cell]])
+        scans.append([(w, rand(batch, w.shape[0])) for w in groups])
         macs += 2 * n * gates * hidden
-    cells = HIDDEN_PRODUCTS[config.cell]
 
     def run() -> None:
         with torch.no_grad():
             for product in large:
                 product()
-            for w_hh in scans:
-                groups = torch.split(w_hh, [k * hidden for k in cells])  # each (k H, H)
-                forward = [step_products(w, batch, steps) for w in groups]
+            for products in scans:  # packed per sequence, as the scans pack them
+                forward = [step_products(w, batch, steps) for w, _ in products]
                 for _ in range(steps):
                     for product in forward:
                         product(h_step)
-                backward = [step_products(w.T, batch, steps) for w in groups]
-                grads = [rand(batch, w.shape[0]) for w in groups]
+                backward = [(step_products(w.T, batch, steps), grad) for w, grad in products]
                 for _ in range(steps):
-                    for product, g in zip(backward, grads):
-                        product(g)
+                    for product, grad in backward:
+                        product(grad)
 
     return run, macs
 

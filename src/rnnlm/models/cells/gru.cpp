@@ -47,7 +47,7 @@ std::tuple<Tensor, Tensor> gru_forward(
   check_in_place(products, "products");
   masks = contiguous(masks);
   const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
-  const Tensor& gates = products;
+  Tensor& gates = products;  // each lane reads its products before writing its gates
   Tensor reset_h = at::empty({T, B, H}, products.options());
   Tensor hs = at::empty({T, B, H}, products.options());
   const Tensor bias = bias_in.contiguous();  // (3H)
@@ -55,22 +55,25 @@ std::tuple<Tensor, Tensor> gru_forward(
   Tensor h = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "gru_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
+    // step t's rows by pointer arithmetic: a tensor view per step costs a dispatch each
+    scalar_t* gates_p = gates.data_ptr<scalar_t>();
+    scalar_t* reset_p = reset_h.data_ptr<scalar_t>();
+    scalar_t* hs_p = hs.data_ptr<scalar_t>();
     for (int64_t t = 0; t < T; ++t) {
       Tensor hidden_rz = times_rz(h);  // (B, 2H) = h_prev W_rz^T
       const scalar_t* h_p = h.data_ptr<scalar_t>();
-      scalar_t* gates_t = gates[t].data_ptr<scalar_t>();
-      const scalar_t* x_t = products[t].data_ptr<scalar_t>();
-      scalar_t* reset_t = reset_h[t].data_ptr<scalar_t>();
+      scalar_t* gates_t = gates_p + t * B * 3 * H;
+      scalar_t* reset_t = reset_p + t * B * H;
       const scalar_t* hrz_p = hidden_rz.data_ptr<scalar_t>();
       for_rows(B, 3 * H, [&](int64_t b) {
-        gru_gates_row(x_t + b * 3 * H, bias_p, hrz_p + b * 2 * H, gates_t + b * 3 * H, h_p + b * H, reset_t + b * H, H);
+        gru_gates_row(gates_t + b * 3 * H, bias_p, hrz_p + b * 2 * H, gates_t + b * 3 * H, h_p + b * H, reset_t + b * H, H);
       });
       Tensor hidden_n = times_n(reset_h[t]);  // (B, H) = (r * h_prev) W_n^T
-      scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
+      scalar_t* hs_t = hs_p + t * B * H;
       const scalar_t* hn_p = hidden_n.data_ptr<scalar_t>();
       for_rows(B, 3 * H, [&](int64_t b) {
         scalar_t* g = gates_t + b * 3 * H;
-        gru_state_row(x_t + b * 3 * H + 2 * H, bias_p + 2 * H, hn_p + b * H, g + 2 * H, g + H, h_p + b * H,
+        gru_state_row(g + 2 * H, bias_p + 2 * H, hn_p + b * H, g + 2 * H, g + H, h_p + b * H,
                       mask_row<scalar_t>(masks, t, b, B, H), hs_t + b * H, H);
       });
       h = hs[t];
@@ -81,53 +84,74 @@ std::tuple<Tensor, Tensor> gru_forward(
 
 // grad_hs (T, B, H), h0, weight_hh, gates, hs, masks as saved by gru_forward; gates is overwritten
 // with their gradients w.r.t. the pre-activations -> grad_h0 (B, H).
+//
+// The two row passes write each step's gate gradients twice: over the gates (for the weight
+// gradients, after the scan) and into dense (B, 2H) and (B, H) arrays, the inputs of the step's two
+// products (oneDNN reads dense rows, and the gates' rows are 3H wide: without them each product
+// would copy its slice first). The gradient that reaches h_prev through the r and z product is added
+// in the next step's first pass rather than by a pass of its own.
 Tensor gru_backward(
     Tensor grad_hs, Tensor h0, Tensor weight_hh, Tensor gates, Tensor hs, std::optional<Tensor> masks) {
   check_in_place(gates, "gates");
   grad_hs = grad_hs.contiguous();
   masks = contiguous(masks);
   const int64_t T = hs.size(0), B = hs.size(1), H = hs.size(2);
-  const Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
+  Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
   const StepProduct times_rz_t(weight_hh.slice(0, 0, 2 * H).t(), B, T), times_n_t(weight_hh.slice(0, 2 * H).t(), B, T);
-  Tensor grad_h = at::zeros({B, H}, hs.options());  // carried to the previous step
+  Tensor grad_h = at::zeros({B, H}, hs.options());  // through the direct paths to h_prev
+  Tensor through_rz = at::zeros({B, H}, hs.options());  // grad_rz W_rz: through r and z to h_prev
+  Tensor grad_rz = at::empty({B, 2 * H}, hs.options()), grad_n = at::empty({B, H}, hs.options());  // dense copies
   Tensor h0c = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(hs.scalar_type(), "gru_backward", [&] {
     const Vec<scalar_t> one(1);
     scalar_t* gh_p = grad_h.data_ptr<scalar_t>();
+    scalar_t* grz_p = grad_rz.data_ptr<scalar_t>();
+    scalar_t* gn_p = grad_n.data_ptr<scalar_t>();
+    scalar_t* gates_p = gates.data_ptr<scalar_t>();
+    const scalar_t* hs_p = hs.data_ptr<scalar_t>();
+    const scalar_t* go_p = grad_hs.data_ptr<scalar_t>();
     for (int64_t t = T - 1; t >= 0; --t) {
-      const scalar_t* g_t = gates[t].data_ptr<scalar_t>();
-      const scalar_t* hp_t = t == 0 ? h0c.data_ptr<scalar_t>() : hs[t - 1].data_ptr<scalar_t>();
-      const scalar_t* go_t = grad_hs[t].data_ptr<scalar_t>();
-      scalar_t* gg_t = grad_gates[t].data_ptr<scalar_t>();
+      const scalar_t* g_t = gates_p + t * B * 3 * H;
+      scalar_t* gg_t = gates_p + t * B * 3 * H;
+      const scalar_t* hp_t = t == 0 ? h0c.data_ptr<scalar_t>() : hs_p + (t - 1) * B * H;
+      const scalar_t* go_t = go_p + t * B * H;
+      const scalar_t* tr_p = through_rz.data_ptr<scalar_t>();
       // gradient w.r.t. the candidate and z; grad_h keeps its direct path (1 - z) * grad
       for_rows(B, 3 * H, [&](int64_t b) {
         const scalar_t* g = g_t + b * 3 * H;
         scalar_t* gg = gg_t + b * 3 * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto grad = grad_into_state(go_t + b * H, gh_p + b * H, mask, j, n);
+          auto grad = load(go_t + b * H + j, n) + load(gh_p + b * H + j, n) + load(tr_p + b * H + j, n);
+          if (mask) grad = grad * load(mask + j, n);
           auto z = load(g + H + j, n), candidate = load(g + 2 * H + j, n);
           auto grad_through_z = grad * z;
-          store(grad_through_z * (one - candidate * candidate), gg + 2 * H + j, n);
-          store(grad * (candidate - load(hp_t + b * H + j, n)) * z * (one - z), gg + H + j, n);
+          auto grad_candidate = grad_through_z * (one - candidate * candidate);
+          auto grad_z = grad * (candidate - load(hp_t + b * H + j, n)) * z * (one - z);
+          store(grad_candidate, gg + 2 * H + j, n);
+          store(grad_candidate, gn_p + b * H + j, n);
+          store(grad_z, gg + H + j, n);
+          store(grad_z, grz_p + b * 2 * H + H + j, n);
           store(grad - grad_through_z, gh_p + b * H + j, n);
         });
       });
-      Tensor grad_reset_h = times_n_t(grad_gates[t].slice(1, 2 * H));  // (B, H), w.r.t. r * h_prev
+      Tensor grad_reset_h = times_n_t(grad_n);  // (B, H), w.r.t. r * h_prev
       const scalar_t* grh_p = grad_reset_h.data_ptr<scalar_t>();
       for_rows(B, 3 * H, [&](int64_t b) {
         const scalar_t* g = g_t + b * 3 * H;
         scalar_t* gg = gg_t + b * 3 * H;
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
           auto r = load(g + j, n), grh = load(grh_p + b * H + j, n);
-          store(grh * load(hp_t + b * H + j, n) * r * (one - r), gg + j, n);
+          auto grad_r = grh * load(hp_t + b * H + j, n) * r * (one - r);
+          store(grad_r, gg + j, n);
+          store(grad_r, grz_p + b * 2 * H + j, n);
           store(load(gh_p + b * H + j, n) + grh * r, gh_p + b * H + j, n);
         });
       });
-      grad_h.add_(times_rz_t(grad_gates[t].slice(1, 0, 2 * H)));  // through r and z
+      through_rz = times_rz_t(grad_rz);  // (B, H)
     }
   });
-  return grad_h;
+  return grad_h.add_(through_rz);
 }
 
 // ---------------------------------------------------------------- one token, for sampling

@@ -15,7 +15,10 @@ parameters) x tokens per step, the same work for every implementation, and is co
 machine's limit: a large float32 matrix product measured at the start through both GEMM libraries
 PyTorch ships on the CPU, MKL (`torch.mm`, and `mkl::_mkl_linear` with its weight packed once) and
 oneDNN (`mkldnn::_linear_pointwise`, plain and packed), each library's faster form, and the faster
-of the two libraries. The header names the CPU (vendor, model, AVX-512 or not) and the libraries
+of the two libraries. That fastest product is then timed again in each model's rounds, beside its
+implementations, and the model's "% of the limit" is of that rate: a 2-core cloud machine's rate
+drifts by 10-15% over a run, which a single figure taken at the start would put into the shares.
+The header names the CPU (vendor, model, AVX-512 or not) and the libraries
 `rnnlm.backend` chose for our large and per-step products. Beside them, "products alone": only
 the matrix products of our step (forward and backward, each through our library for its kind, the
 hidden-side weights packed per sequence as the scans pack them), nothing else; "% of products
@@ -58,6 +61,7 @@ from collections.abc import Callable
 import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -131,15 +135,40 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
     return peak
 
 
+class Limit(NamedTuple):
+    """The machine's float32 matrix-product rate, measured once at the start: GFLOP/s per library,
+    and the fastest (library, form)'s product with its count of floating-point operations, timed
+    again beside each model's implementations (`benchmark_training`)."""
+
+    rates: dict[str, float]
+    product: Callable[[], object]
+    flops: float
+
+
+def measure_limit(size: int, repeats: int, device: torch.device) -> Limit:
+    """Median over repeats of one (size x size)^2 product timed in turn through each library: on
+    the CPU MKL and oneDNN, each the faster of its two forms, plain (`torch.mm`; oneDNN's linear op)
+    and with its weight packed once into the library's layout, as our scans pack theirs; on CUDA
+    cuBLAS."""
+    forms = limit_forms(size, device)
+    medians = side_by_side(forms, max(3, repeats), device)
+    flops = 2.0 * size**3
+    rates: dict[str, float] = {}
+    for (library, _), seconds in medians.items():
+        rates[library] = max(rates.get(library, 0.0), flops / seconds / 1e9)
+    return Limit(rates, forms[min(medians, key=medians.get)], flops)
+
+
 def matmul_gflops(size: int, repeats: int, device: torch.device) -> dict[str, float]:
-    """The machine's float32 matrix-product rate, GFLOP/s, median over repeats of one (size x size)^2
-    product timed in turn through each library: on the CPU MKL and oneDNN, each the faster of its
-    two forms, plain (`torch.mm`; oneDNN's linear op) and with its weight packed once into the
-    library's layout, as our scans pack theirs; on CUDA cuBLAS."""
+    """GFLOP/s per library of `measure_limit`."""
+    return measure_limit(size, repeats, device).rates
+
+
+def limit_forms(size: int, device: torch.device) -> dict[tuple[str, str], Callable[[], object]]:
+    """(library, form) -> a closure doing one (size x size)^2 float32 product that way."""
     a, b = (torch.randn(size, size, device=device) for _ in range(2))
     if device.type != "cpu":
-        medians = side_by_side({"cuBLAS": lambda: a @ b}, max(3, repeats), device)
-        return {name: 2 * size**3 / seconds / 1e9 for name, seconds in medians.items()}
+        return {("cuBLAS", "plain"): lambda: a @ b}
     forms = {("MKL", "plain"): lambda: a @ b}
     if torch.backends.mkl.is_available():
         packed_mkl = torch.ops.mkl._mkl_reorder_linear_weight(b, size)
@@ -148,11 +177,7 @@ def matmul_gflops(size: int, repeats: int, device: torch.device) -> dict[str, fl
         onednn, packed = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._reorder_linear_weight(b, size)
         forms[("oneDNN", "plain")] = lambda: onednn(a, b, None, "none", [], "")
         forms[("oneDNN", "packed")] = lambda: onednn(a, packed, None, "none", [], "")
-    medians = side_by_side(forms, max(3, repeats), device)
-    rates: dict[str, float] = {}
-    for (library, _), seconds in medians.items():
-        rates[library] = max(rates.get(library, 0.0), 2 * size**3 / seconds / 1e9)
-    return rates
+    return forms
 
 
 def shrunk(config: ModelConfig, factor: int) -> ModelConfig:
@@ -320,17 +345,26 @@ class TrainingRow:
     peak: int
 
 
-def benchmark_training(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> list[TrainingRow]:
+LIMIT = "limit"
+"""The implementation name of `Limit.product` when it is timed among a model's contenders."""
+
+
+def benchmark_training(name: str, config: ModelConfig, settings: Settings, device: torch.device,
+                       limit: Limit | None = None) -> list[TrainingRow]:
+    """One row per implementation of `name`'s training step, timed side by side; with `limit`, a
+    row named LIMIT too: the machine's fastest large product, timed in the same rounds (its
+    `flops` are the product's, its `tokens` 0)."""
     generator = torch.Generator().manual_seed(0)
     data = torch.randint(config.vocab_size, (settings.batch, settings.seq_len + 1), generator=generator).to(device)
     tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     parameters, contenders = training_contenders(config, tokens, targets, device)
-    medians = side_by_side(contenders, settings.repeats, device)
+    medians = side_by_side(contenders | ({LIMIT: limit.product} if limit else {}), settings.repeats, device)
     n_tokens = settings.batch * settings.seq_len
-    return [
+    rows = [
         TrainingRow(name, impl, medians[impl], n_tokens, 6.0 * parameters * n_tokens, peak_bytes(fn, device))
         for impl, fn in contenders.items()
     ]
+    return rows + ([TrainingRow(name, LIMIT, medians[LIMIT], 0, limit.flops, 0)] if limit else [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,13 +498,17 @@ def reference_name(config: ModelConfig) -> str:
     return {"gru": "nn.GRU", "lstm": "nn.LSTM", "rnn": "nn.RNN"}[config.cell]
 
 
-def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig], limit: float) -> list[dict]:
-    """Every figure of the training table, one dict per (model, implementation)."""
+def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig]) -> list[dict]:
+    """Every figure of the training table, one dict per (model, implementation); each model's
+    shares of the limit are of its LIMIT row's rate (`limit_gflops`)."""
     by_key = {(r.model, r.implementation): r for r in rows}
     records = []
     for r in rows:
+        if r.implementation == LIMIT:
+            continue
         study, library = by_key[(r.model, "step-by-step")], by_key[(r.model, "PyTorch")]
-        products = by_key[(r.model, "products alone")]
+        products, limit = by_key[(r.model, "products alone")], by_key[(r.model, LIMIT)]
+        limit_gflops = limit.flops / limit.seconds / 1e9
         gflops = r.flops / r.seconds / 1e9
         records.append({
             "model": r.model,
@@ -480,7 +518,8 @@ def training_records(rows: list[TrainingRow], configs: dict[str, ModelConfig], l
             "x_step_by_step": study.seconds / r.seconds,
             "x_pytorch": library.seconds / r.seconds,
             "gflops": gflops,
-            "share_of_limit": gflops / limit,
+            "limit_gflops": limit_gflops,
+            "share_of_limit": gflops / limit_gflops,
             "share_of_products_alone": products.seconds / r.seconds,
             "peak_mb": r.peak / 2**20,
         })
@@ -589,13 +628,14 @@ def main(argv: list[str] | None = None) -> None:
     info = machine(device)
     report.say(f"# Speed{' (quick: shapes shrunk, numbers meaningless)' if args.quick else ''}\n")
     report.say(machine_line(info) + f" · float32 products: {'TF32 allowed' if precision == 'tf32' else 'exact'}\n")
-    rates = matmul_gflops(settings.matmul_size, settings.repeats, device)
+    measured_limit = measure_limit(settings.matmul_size, settings.repeats, device)
+    rates = measured_limit.rates
     limit = max(rates.values())
     report.say(f"float32 matrix product {settings.matmul_size}x{settings.matmul_size}, medians: " + ", ".join(
         f"{name} {rate:.1f} GFLOP/s ({100 * rate / limit:.0f}% of the faster)" for name, rate in rates.items()) + "\n")
     figures = {"machine": info, "settings": dataclasses.asdict(settings), "matmul_gflops": rates, "limit_gflops": limit}
     if args.only != "sampling":
-        figures["training"] = measure_training(configs, settings, device, limit, report)
+        figures["training"] = measure_training(configs, settings, device, measured_limit, report)
     if args.gemm_choices and device.type == "cpu" and args.only != "sampling":
         figures["gemm_choices"] = measure_gemm_choices(configs, settings, device, report)
     if args.only != "training":
@@ -620,15 +660,18 @@ class Report:
         return "\n".join(self.lines) + "\n"
 
 
-def measure_training(configs: dict[str, ModelConfig], settings: Settings, device: torch.device, limit: float,
+def measure_training(configs: dict[str, ModelConfig], settings: Settings, device: torch.device, limit: Limit,
                      report: Report) -> list[dict]:
     report.say(f"## Training step (batch {settings.batch}, {settings.seq_len} steps, medians of {settings.repeats})\n")
     rows = []
     for name, config in configs.items():
-        rows += benchmark_training(name, config, settings, device)
+        rows += benchmark_training(name, config, settings, device, limit)
         print(f"  measured {name}", file=sys.stderr, flush=True)
-    records = training_records(rows, configs, limit)
+    records = training_records(rows, configs)
     report.say(training_table(records) + "\n")
+    limits = {r["model"]: r["limit_gflops"] for r in records}
+    report.say(f"The limit, the fastest {settings.matmul_size}² product above, timed again in each model's rounds: "
+               + ", ".join(f"{name} {rate:.1f}" for name, rate in limits.items()) + " GFLOP/s.\n")
     return records
 
 

@@ -209,9 +209,17 @@ def test_each_kind_of_product_follows_its_library(gemms, monkeypatch):
     x, w = torch.randn(1024, 64), torch.randn(512, 64)
     assert used(lambda: linear(x, w)) == {choice.large}
     assert used(lambda: t_mm(x, torch.randn(1024, 512))) <= {choice.large}  # oneDNN's matmul is no op: unseen
-    hs, _ = loops.forward(products.clone(), h0, weight_hh, bias, None)
-    reference, _ = gru.forward(products.double(), h0.double(), weight_hh.double(), bias.double(), None)
+    gates = products.clone()
+    hs, _ = loops.forward(gates, h0, weight_hh, bias, None)
+    gates64 = products.double()
+    reference, _ = gru.forward(gates64, h0.double(), weight_hh.double(), bias.double(), None)
     torch.testing.assert_close(hs.double(), reference, rtol=1e-4, atol=1e-5)
+    # the backward's per-step products too, and its gradients (written over the gates)
+    grad_hs, grad_h0 = torch.randn(16, 8, 64), []
+    assert used(lambda: grad_h0.append(loops.backward(grad_hs, h0, weight_hh, gates, hs, None))) == {choice.step}
+    reference = gru.backward(grad_hs.double(), h0.double(), weight_hh.double(), gates64, reference, None)
+    torch.testing.assert_close(grad_h0[0].double(), reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gates.double(), gates64, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("matmul", [True, False], ids=["onednn-matmul", "onednn-linear"])

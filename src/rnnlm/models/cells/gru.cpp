@@ -122,8 +122,7 @@ Tensor gru_backward(
         scalar_t* gg = gg_t + b * 3 * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto grad = load(go_t + b * H + j, n) + load(gh_p + b * H + j, n) + load(tr_p + b * H + j, n);
-          if (mask) grad = grad * load(mask + j, n);
+          auto grad = grad_into_state(go_t + b * H, gh_p + b * H, tr_p + b * H, mask, j, n);
           auto z = load(g + H + j, n), candidate = load(g + 2 * H + j, n);
           auto grad_through_z = grad * z;
           auto grad_candidate = grad_through_z * (one - candidate * candidate);

@@ -110,6 +110,15 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
   return mask ? grad * load(mask + j, n) : grad;
 }
 
+// The same with the carried gradient in two parts (the GRU's: through its direct paths, and through
+// its r, z product, which arrives one pass later).
+template <typename scalar_t>
+inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* carried, const scalar_t* carried_too,
+                                     const scalar_t* mask, int64_t j, int64_t n) {
+  auto grad = load(grad_out + j, n) + load(carried + j, n) + load(carried_too + j, n);
+  return mask ? grad * load(mask + j, n) : grad;
+}
+
 // ---------------------------------------------------------------- products
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's

@@ -45,27 +45,31 @@ std::tuple<Tensor, Tensor> lstm_forward(
   masks = contiguous(masks);
   const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
   const Tensor& gates = products;
-  Tensor hs = at::empty({T, B, H}, products.options());
-  Tensor cs = at::empty({T, B, H}, products.options());
+  Tensor hs = scan_array({T, B, H}, products.options());
+  Tensor cs = scan_array({T, B, H}, products.options());
   Tensor bias = bias_ih.contiguous();
   const StepProduct times_hh(weight_hh, B, T);
-  Tensor h = h0.contiguous(), c = c0.contiguous();
+  Tensor h = h0.contiguous();
+  const Tensor c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "lstm_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
+    // step t's rows by pointer arithmetic: a tensor view per step costs a dispatch each
+    scalar_t* gates_p = gates.data_ptr<scalar_t>();
+    scalar_t* cs_p = cs.data_ptr<scalar_t>();
+    scalar_t* hs_p = hs.data_ptr<scalar_t>();
+    const scalar_t* c_p = c.data_ptr<scalar_t>();
     for (int64_t t = 0; t < T; ++t) {
       Tensor hidden = times_hh(h);  // (B, 4H) = h_prev W_hh^T
-      const scalar_t* x_t = products[t].data_ptr<scalar_t>();
       const scalar_t* hid_p = hidden.data_ptr<scalar_t>();
-      const scalar_t* c_p = c.data_ptr<scalar_t>();
-      scalar_t* g_t = gates[t].data_ptr<scalar_t>();
-      scalar_t* cs_t = cs[t].data_ptr<scalar_t>();
-      scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
+      scalar_t* g_t = gates_p + t * B * 4 * H;  // the products, overwritten with the gates
+      scalar_t* cs_t = cs_p + t * B * H;
+      scalar_t* hs_t = hs_p + t * B * H;
       for_rows(B, 4 * H, [&](int64_t b) {
-        lstm_row(x_t + b * 4 * H, bias_p, hid_p + b * 4 * H, g_t + b * 4 * H, c_p + b * H, cs_t + b * H,
+        lstm_row(g_t + b * 4 * H, bias_p, hid_p + b * 4 * H, g_t + b * 4 * H, c_p + b * H, cs_t + b * H,
                  mask_row<scalar_t>(masks, t, b, B, H), hs_t + b * H, H);
       });
       h = hs[t];
-      c = cs[t];
+      c_p = cs_t;
     }
   });
   return {hs, cs};
@@ -88,13 +92,16 @@ std::tuple<Tensor, Tensor> lstm_backward(
   AT_DISPATCH_FLOATING_TYPES(cs.scalar_type(), "lstm_backward", [&] {
     const Vec<scalar_t> one(1);
     scalar_t* gc_p = grad_c.data_ptr<scalar_t>();
+    scalar_t* gates_p = gates.data_ptr<scalar_t>();
+    const scalar_t* cs_p = cs.data_ptr<scalar_t>();
+    const scalar_t* go_p = grad_hs.data_ptr<scalar_t>();
     for (int64_t t = T - 1; t >= 0; --t) {
       const scalar_t* gh_p = grad_h.data_ptr<scalar_t>();
-      const scalar_t* g_t = gates[t].data_ptr<scalar_t>();
-      const scalar_t* c_t = cs[t].data_ptr<scalar_t>();
-      const scalar_t* cp_t = t == 0 ? c0c.data_ptr<scalar_t>() : cs[t - 1].data_ptr<scalar_t>();
-      const scalar_t* go_t = grad_hs[t].data_ptr<scalar_t>();
-      scalar_t* gg_t = grad_gates[t].data_ptr<scalar_t>();
+      const scalar_t* g_t = gates_p + t * B * 4 * H;
+      scalar_t* gg_t = gates_p + t * B * 4 * H;
+      const scalar_t* c_t = cs_p + t * B * H;
+      const scalar_t* cp_t = t == 0 ? c0c.data_ptr<scalar_t>() : c_t - B * H;
+      const scalar_t* go_t = go_p + t * B * H;
       for_rows(B, 4 * H, [&](int64_t b) {
         const scalar_t* g = g_t + b * 4 * H;
         scalar_t* gg = gg_t + b * 4 * H;

@@ -15,18 +15,21 @@ Tensor rnn_forward(Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih,
   masks = contiguous(masks);
   const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
   const Tensor& activations = products;
-  Tensor hs = at::empty_like(products);
+  Tensor hs = scan_array(products.sizes(), products.options());
   Tensor bias = bias_ih.contiguous();
   const StepProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "rnn_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
+    // step t's rows by pointer arithmetic: a tensor view per step costs a dispatch each
+    scalar_t* a_p = activations.data_ptr<scalar_t>();
+    scalar_t* hs_p = hs.data_ptr<scalar_t>();
     for (int64_t t = 0; t < T; ++t) {
       Tensor hidden = times_hh(h);  // (B, H) = h_prev W_hh^T
-      const scalar_t* x_t = products[t].data_ptr<scalar_t>();
       const scalar_t* hid_p = hidden.data_ptr<scalar_t>();
-      scalar_t* a_t = activations[t].data_ptr<scalar_t>();
-      scalar_t* hs_t = hs[t].data_ptr<scalar_t>();
+      scalar_t* a_t = a_p + t * B * H;  // the products, overwritten with the activations
+      const scalar_t* x_t = a_t;
+      scalar_t* hs_t = hs_p + t * B * H;
       for_rows(B, H, [&](int64_t b) {
         const int64_t row = b * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
@@ -54,11 +57,13 @@ Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::o
   Tensor grad_h = at::zeros({B, H}, activations.options());
   AT_DISPATCH_FLOATING_TYPES(activations.scalar_type(), "rnn_backward", [&] {
     const Vec<scalar_t> one(1);
+    scalar_t* a_p = activations.data_ptr<scalar_t>();
+    const scalar_t* go_p = grad_hs.data_ptr<scalar_t>();
     for (int64_t t = T - 1; t >= 0; --t) {
       const scalar_t* gh_p = grad_h.data_ptr<scalar_t>();
-      const scalar_t* a_t = activations[t].data_ptr<scalar_t>();
-      const scalar_t* go_t = grad_hs[t].data_ptr<scalar_t>();
-      scalar_t* gp_t = grad_pre[t].data_ptr<scalar_t>();
+      const scalar_t* a_t = a_p + t * B * H;
+      scalar_t* gp_t = a_p + t * B * H;  // the activations, overwritten with their gradients
+      const scalar_t* go_t = go_p + t * B * H;
       for_rows(B, H, [&](int64_t b) {
         const int64_t row = b * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);

@@ -172,7 +172,8 @@ def test_training_is_bit_identical_to_a_loop_that_reads_every_loss(raw_params):
     entry, settings = params.models["astra_alpha"], params.train
     torch.manual_seed(params.seed)
     model = build_model(entry, TOKENIZER.vocab_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=entry.lr, weight_decay=settings.weight_decay)
+    # fused, as make_optimizer builds it on the CPU
+    optimizer = torch.optim.AdamW(model.parameters(), lr=entry.lr, weight_decay=settings.weight_decay, fused=True)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     train_ids = torch.tensor(TOKENIZER.encode(SPLIT.train))
     generator = torch.Generator().manual_seed(params.seed)

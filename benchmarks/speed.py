@@ -199,8 +199,9 @@ def model_configs(params_path: str, names: list[str], shrink: int) -> dict[str, 
 
 
 def reference_training_step(model: nn.Module, tokens: Tensor, targets: Tensor):
-    """A closure running one full training step of a reference model (logits = model(tokens))."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    """A closure running one full training step of a reference model (logits = model(tokens)), with
+    the optimizer ours uses (`make_optimizer`: fused AdamW), so that the ratios compare the layers."""
+    optimizer = make_optimizer(model, 1e-3, 0.01, tokens.device, graph=False)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)

@@ -48,8 +48,8 @@ std::tuple<Tensor, Tensor> gru_forward(
   masks = contiguous(masks);
   const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
   Tensor& gates = products;  // each lane reads its products before writing its gates
-  Tensor reset_h = scan_array({T, B, H}, products.options());
-  Tensor hs = scan_array({T, B, H}, products.options());
+  Tensor reset_h = at::empty({T, B, H}, products.options());
+  Tensor hs = at::empty({T, B, H}, products.options());
   const Tensor bias = bias_in.contiguous();  // (3H)
   const StepProduct times_rz(weight_hh.slice(0, 0, 2 * H), B, T), times_n(weight_hh.slice(0, 2 * H), B, T);
   Tensor h = h0.contiguous();

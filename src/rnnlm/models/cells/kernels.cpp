@@ -6,11 +6,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
-#include <cstdint>
-
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 // PyTorch's own oneDNN matrix product (aten/src/ATen/native/mkldnn/Matmul.cpp: result = beta result +
 // alpha mat1 mat2, operands row-major or transposed, exact float32 unless PyTorch is told otherwise);
@@ -86,17 +81,6 @@ void set_gemm(const std::string& name) {
 }
 
 std::string gemm_name() { return chosen_gemm.load() == Gemm::onednn ? "onednn" : "mkl"; }
-
-Tensor scan_array(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  Tensor array = at::empty(sizes, options);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t huge = uintptr_t{1} << 21;  // 2 MiB; advice covers whole huge pages inside the array
-  const auto begin = reinterpret_cast<uintptr_t>(array.data_ptr());
-  const uintptr_t first = (begin + huge - 1) & ~(huge - 1), last = (begin + array.nbytes()) & ~(huge - 1);
-  if (array.is_cpu() && last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-#endif
-  return array;
-}
 
 StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps)
     : weight_(weight), batch_(batch), onednn_(use_onednn(weight)) {

@@ -119,15 +119,6 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
   return mask ? grad * load(mask + j, n) : grad;
 }
 
-// ---------------------------------------------------------------- memory
-
-// An uninitialised array that a scan writes once and keeps for its backward (hs, cs, ...), from
-// PyTorch's allocator as at::empty, with Linux asked for transparent huge pages over it before its
-// first write (madvise; the kernel's setting decides, and a refusal changes nothing). A fresh 32 MiB
-// array costs 8,192 page faults in 4 KiB pages and 16 in 2 MiB ones: one allocated and filled took
-// 22 ms against 5.5 ms on a 2-core AMD EPYC, and a Leviathan training step makes six.
-Tensor scan_array(at::IntArrayRef sizes, const at::TensorOptions& options);
-
 // ---------------------------------------------------------------- products
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's

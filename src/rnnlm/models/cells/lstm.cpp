@@ -45,8 +45,8 @@ std::tuple<Tensor, Tensor> lstm_forward(
   masks = contiguous(masks);
   const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
   const Tensor& gates = products;
-  Tensor hs = scan_array({T, B, H}, products.options());
-  Tensor cs = scan_array({T, B, H}, products.options());
+  Tensor hs = at::empty({T, B, H}, products.options());
+  Tensor cs = at::empty({T, B, H}, products.options());
   Tensor bias = bias_ih.contiguous();
   const StepProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous();

@@ -15,7 +15,7 @@ Tensor rnn_forward(Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih,
   masks = contiguous(masks);
   const int64_t T = products.size(0), B = products.size(1), H = h0.size(1);
   const Tensor& activations = products;
-  Tensor hs = scan_array(products.sizes(), products.options());
+  Tensor hs = at::empty_like(products);
   Tensor bias = bias_ih.contiguous();
   const StepProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous();

@@ -11,7 +11,7 @@ from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.device import DeviceError, resolve_device
 from rnnlm.models.language_model import build_model
 from rnnlm.training.train import ResumeStore, TrainingError, WindowSampler, steps_per_epoch, train
-from rnnlm.training.step import LossLog, NonFiniteLoss
+from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from tests.conftest import synthetic_play
 
 TEXT = synthetic_play(12_000)
@@ -172,8 +172,7 @@ def test_training_is_bit_identical_to_a_loop_that_reads_every_loss(raw_params):
     entry, settings = params.models["astra_alpha"], params.train
     torch.manual_seed(params.seed)
     model = build_model(entry, TOKENIZER.vocab_size)
-    # fused, as make_optimizer builds it on the CPU
-    optimizer = torch.optim.AdamW(model.parameters(), lr=entry.lr, weight_decay=settings.weight_decay, fused=True)
+    optimizer = make_optimizer(model, entry.lr, settings.weight_decay, torch.device("cpu"), graph=False)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     train_ids = torch.tensor(TOKENIZER.encode(SPLIT.train))
     generator = torch.Generator().manual_seed(params.seed)

@@ -28,13 +28,12 @@ Tensor rnn_forward(Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih,
       Tensor hidden = times_hh(h);  // (B, H) = h_prev W_hh^T
       const scalar_t* hid_p = hidden.data_ptr<scalar_t>();
       scalar_t* a_t = a_p + t * B * H;  // the products, overwritten with the activations
-      const scalar_t* x_t = a_t;
       scalar_t* hs_t = hs_p + t * B * H;
       for_rows(B, H, [&](int64_t b) {
         const int64_t row = b * H;
         const scalar_t* mask = mask_row<scalar_t>(masks, t, b, B, H);
         for_lanes<scalar_t>(H, [&](int64_t j, int64_t n) {
-          auto a = (load(x_t + row + j, n) + load(bias_p + j, n) + load(hid_p + row + j, n)).tanh();
+          auto a = (load(a_t + row + j, n) + load(bias_p + j, n) + load(hid_p + row + j, n)).tanh();
           store(a, a_t + row + j, n);
           store(mask ? a * load(mask + j, n) : a, hs_t + row + j, n);
         });

@@ -2,7 +2,8 @@
 
 Usage: python stages/train.py MODEL PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR
 Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv. RESUME_DIR keeps
-the state of the last completed epoch while the run is under way (not tracked by git or DVC).
+the run's last saved state (an epoch's end, or a block inside one) while the run is under way (not
+tracked by git or DVC).
 """
 
 from pathlib import Path

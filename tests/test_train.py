@@ -93,6 +93,35 @@ def test_interrupted_run_resumes_to_the_same_end(raw_params, tmp_path, capsys):
     assert not (tmp_path / "astra_alpha.pt").exists()  # removed once the run completes
 
 
+def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params, tmp_path, capsys, monkeypatch):
+    raw_params["train"]["check_every"] = 4  # 12 steps an epoch: blocks end after steps 4 and 8 inside it
+    params = tiny_params(raw_params, dropout=0.2)
+    whole = _train(params)
+    real_read, reads = LossLog.read, []
+
+    def read_then_stop(log):
+        reads.append(1)
+        if len(reads) == 6:  # epoch 2's last block: the file holds epoch 2 at step 8
+            raise Interrupted
+        return real_read(log)
+
+    monkeypatch.setattr(LossLog, "read", read_then_stop)
+    with pytest.raises(Interrupted):
+        _train(params, resume_dir=tmp_path, save_every_s=0.0)
+    monkeypatch.setattr(LossLog, "read", real_read)
+    kept = torch.load(tmp_path / "astra_alpha.pt", weights_only=True)
+    assert kept["epoch"] == 1 and kept["partial"]["steps"] == 8 and len(kept["partial"]["losses"]) == 8
+    assert len(kept["history_steps"]) == 20
+    resumed = _train(params, resume_dir=tmp_path)
+    assert "resuming astra_alpha at step 8/12 of epoch 2" in capsys.readouterr().out
+    assert _losses(resumed) == _losses(whole)
+    assert [r["train_loss"] for r in resumed.history.epochs] == [r["train_loss"] for r in whole.history.epochs]
+    assert [r["step"] for r in resumed.history.steps] == list(range(1, 37))
+    assert _same_weights(resumed, whole)
+    assert all(torch.equal(resumed.checkpoint.first_epoch_state[k], whole.checkpoint.first_epoch_state[k])
+               for k in whole.checkpoint.first_epoch_state)
+
+
 def test_resume_file_from_other_params_is_ignored(raw_params, tmp_path, capsys):
     def stop(epoch):
         raise Interrupted

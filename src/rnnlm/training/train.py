@@ -13,9 +13,12 @@ split (consecutive windows of the sequence length, each from a zero state) after
 Each optimizer step is `rnnlm.training.step`'s: it never waits on the device (the losses are read once
 every `train.check_every` steps), and on CUDA it is replayed as one captured CUDA graph.
 
-After each completed epoch the whole run state (weights, optimizer, scheduler, both random
-generators, the history) is written to a resume file; rerunning with the same params and inputs
-continues from there and ends bit-identical (on the CPU) to a run that was never interrupted.
+After each completed epoch, and inside an epoch at the end of a block of `train.check_every` steps
+once `save_every_s` seconds have passed since the last write, the whole run state (weights,
+optimizer, scheduler, both random generators, the history, the epoch's progress) is written to a
+resume file; rerunning with the same params and inputs continues from there and ends bit-identical
+(on the CPU) to a run that was never interrupted. A block boundary is a point where nothing is in
+flight: the next block draws its windows afresh from the saved generator.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from rnnlm.models.language_model import build_model, config_from_params, count_p
 from rnnlm.params import Params, as_dict
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
+
+
+SAVE_EVERY_S = 600.0  # inside an epoch: Leviathan's epoch is an hour on 2 CPU cores, its resume file ~0.4 GB
 
 
 class TrainingError(RnnlmError):
@@ -136,6 +142,15 @@ class ResumeStore:
 
 
 @dataclass
+class EpochProgress:
+    """How far the epoch in progress got: its completed steps, their losses, its seconds so far."""
+
+    steps: int = 0
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
 class _Run:
     """The objects whose state a resume file holds, besides the history and the time spent."""
 
@@ -150,8 +165,10 @@ class _Run:
         """Copy the weights as they are now (after epoch 1) to the CPU."""
         self.first_epoch_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
-    def snapshot(self, epoch: int, history: History, seconds: float) -> dict[str, Any]:
-        """Everything needed to continue after `epoch` exactly as if never stopped."""
+    def snapshot(self, epoch: int, history: History, seconds: float,
+                 progress: EpochProgress | None = None) -> dict[str, Any]:
+        """Everything needed to continue exactly as if never stopped: after `epoch` completed epochs
+        (`seconds` of training), and `progress` into epoch `epoch + 1` when given."""
         cuda = {"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
         return {
             "epoch": epoch, "seconds": seconds, "model": self.model.state_dict(),
@@ -159,10 +176,12 @@ class _Run:
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "history_steps": history.steps, "history_epochs": history.epochs, **cuda,
+            "partial": None if progress is None else {"steps": progress.steps, "losses": progress.losses,
+                                                      "seconds": progress.seconds},
         }
 
-    def restore(self, saved: dict[str, Any]) -> tuple[History, float]:
-        """Load a `snapshot` back -> its history and seconds."""
+    def restore(self, saved: dict[str, Any]) -> tuple[History, float, EpochProgress]:
+        """Load a `snapshot` back -> its history, seconds and the next epoch's progress."""
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
@@ -171,7 +190,9 @@ class _Run:
         torch.set_rng_state(saved["torch_rng"])
         if self.device.type == "cuda" and "cuda_rng" in saved:
             torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
-        return History(steps=saved["history_steps"], epochs=saved["history_epochs"]), saved["seconds"]
+        partial = saved.get("partial") or {}
+        progress = EpochProgress(partial.get("steps", 0), list(partial.get("losses", [])), partial.get("seconds", 0.0))
+        return History(steps=saved["history_steps"], epochs=saved["history_epochs"]), saved["seconds"], progress
 
 
 def processor_name(device: torch.device) -> str:
@@ -208,8 +229,10 @@ def train(
     resume_dir: Path | None = None,
     on_epoch_end: Callable[[int], None] | None = None,
     progress: bool = True,
+    save_every_s: float = SAVE_EVERY_S,
 ) -> TrainResult:
-    """Train the entry `name` of `params.models`; see the module docstring for the recipe."""
+    """Train the entry `name` of `params.models`; see the module docstring for the recipe and for
+    when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch)."""
     entry, settings = params.models[name], params.train
     device = device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
@@ -227,28 +250,32 @@ def train(
     optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     sampler = WindowSampler(train_ids, settings.batch_size, settings.seq_len, params.seed)
-    history, first_epoch, seconds = History(), 1, 0.0
+    history, first_epoch, seconds, resumed = History(), 1, 0.0, EpochProgress()
 
     store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids), device)
     run = _Run(model, optimizer, scheduler, sampler, device)
     saved = store.load()
     if saved is not None:
-        history, seconds = run.restore(saved)
+        history, seconds, resumed = run.restore(saved)
         first_epoch = saved["epoch"] + 1
-        print(f"resuming {name} after epoch {saved['epoch']} from {store.path}")
+        where = (f"at step {resumed.steps}/{n_steps} of epoch {first_epoch}" if resumed.steps
+                 else f"after epoch {saved['epoch']}")
+        print(f"resuming {name} {where} from {store.path}")
 
     step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph)
     tokens_per_step = settings.batch_size * settings.seq_len
+    last_save = time.perf_counter()
     for epoch in range(first_epoch, entry.epochs + 1):
         model.train()
-        epoch_start, losses = time.perf_counter(), []
+        done = resumed if epoch == first_epoch else EpochProgress()  # steps, losses, seconds before this run
+        epoch_start, losses = time.perf_counter() - done.seconds, done.losses
         lr = float(optimizer.param_groups[0]["lr"])
         log = LossLog(settings.check_every, device, first_step=len(history.steps) + 1)
         # A bar on a terminal only: in a log (a queued experiment, a redirect) each refresh would be a
         # line of its own; there the epoch's summary line below is the progress report.
-        bar = tqdm(total=n_steps, desc=f"{name} epoch {epoch}/{entry.epochs}", leave=False, mininterval=1.0,
-                   dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
-        for first in range(0, n_steps, settings.check_every):
+        bar = tqdm(total=n_steps, initial=done.steps, desc=f"{name} epoch {epoch}/{entry.epochs}", leave=False,
+                   mininterval=1.0, dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
+        for first in range(done.steps, n_steps, settings.check_every):
             block_start = time.perf_counter()
             size = min(settings.check_every, n_steps - first)
             xs, ys = (t.to(device) for t in sampler.batches(size))  # (size, B, T): one copy per block
@@ -257,7 +284,7 @@ def train(
             try:  # the host waits for the device here only, once a block
                 block = log.read()
             except NonFiniteLoss as error:
-                raise TrainingError(f"{error} (epoch {epoch}); the last completed epoch is kept in "
+                raise TrainingError(f"{error} (epoch {epoch}); the run's last saved state is kept in "
                                     f"{store.path or 'no resume folder'}") from None
             rate = tokens_per_step * size / (time.perf_counter() - block_start)  # the block's mean rate
             for loss_value in block:
@@ -266,6 +293,10 @@ def train(
             losses += block
             bar.update(size)
             bar.set_postfix(loss=f"{block[-1]:.3f}", tok_s=f"{rate:,.0f}")
+            if first + size < n_steps and time.perf_counter() - last_save >= save_every_s:
+                progress_now = EpochProgress(first + size, losses, time.perf_counter() - epoch_start)
+                store.save(run.snapshot(epoch - 1, history, seconds, progress_now))
+                last_save = time.perf_counter()
         bar.close()
         scheduler.step()
         val = windowed_nll(model, val_ids, settings.seq_len)
@@ -278,6 +309,7 @@ def train(
         if epoch == 1:
             run.keep_first_epoch()
         store.save(run.snapshot(epoch, history, seconds))
+        last_save = time.perf_counter()
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 

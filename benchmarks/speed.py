@@ -49,6 +49,7 @@ with the machine, to files (reports/speed/ keeps them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import json
@@ -112,6 +113,22 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """Send what C++ writes to stderr (file descriptor 2) to /dev/null for the block: the profiler's
+    library prints two lines at every start and stop (torch 2.13, no setting turns them off).
+    Python's own errors are raised after the block, so they still show."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
     """The most tensor memory held during fn beyond what was held when it started."""
     if device.type == "cuda":
@@ -123,7 +140,7 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
         return torch.cuda.max_memory_allocated() - before
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # Every allocation and free as its own event, in time order (the public event list folds them
     # into the operators that made them, which loses the timeline).

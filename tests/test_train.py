@@ -273,3 +273,24 @@ def test_a_sequence_longer_than_the_validation_split_is_refused_before_training(
     with pytest.raises(TrainingError, match=rf"train.seq_len {n_val} is longer than the validation split "
                                             rf"\({n_val} tokens\) can fill once; expected at most {n_val - 1}"):
         _train(parse_params(raw_params))
+
+
+def test_the_optimizer_is_the_fused_adamw_on_the_cpu(raw_params):
+    """The fused update (one pass per parameter) is a speed choice the docs quote; pin it, and that
+    it computes AdamW's update as the default implementation does, to float32 rounding."""
+    torch.manual_seed(0)
+    entry = tiny_params(raw_params).models["astra_alpha"]
+    models = [build_model(entry, TOKENIZER.vocab_size) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    fused = make_optimizer(models[0], 1e-2, 0.1, torch.device("cpu"), graph=False)
+    plain = torch.optim.AdamW(models[1].parameters(), lr=1e-2, weight_decay=0.1)
+    assert fused.defaults["fused"] is True and not plain.defaults["fused"]
+    x = torch.randint(TOKENIZER.vocab_size, (4, 16))
+    for step in range(3):
+        for model, optimizer in zip(models, (fused, plain)):
+            torch.manual_seed(step)  # the same dropout masks for both
+            optimizer.zero_grad()
+            model(x)[0].square().mean().backward()
+            optimizer.step()
+    for key, value in models[0].state_dict().items():
+        torch.testing.assert_close(value, models[1].state_dict()[key], rtol=1e-5, atol=1e-6)

@@ -12,12 +12,14 @@ from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
+from rnnlm.memory import keep_freed_memory
 from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
 from rnnlm.params import load_params
 from rnnlm.reporting.generation_record import read_generations
 
 
 def main() -> None:
+    keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
     checkpoint_path, prepared, generations_path, metrics_path, curve_path, context_path = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)

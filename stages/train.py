@@ -12,7 +12,7 @@ from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import resolve_device
 from rnnlm.errors import command_args, run_main
-from rnnlm.memory import fits_in_memory
+from rnnlm.memory import fits_in_memory, keep_freed_memory
 from rnnlm.params import load_params, select_model
 from rnnlm.data.tokenizers import load_tokenizer
 from rnnlm.training.train import train
@@ -20,6 +20,7 @@ from rnnlm.reporting.training_report import write_training_report
 
 
 def main() -> None:
+    keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
     name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir = command_args(__doc__)
     params = load_params()
     entry = select_model(params, name)

@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 20 min on 2 cores
     PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
     PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
+    PYTHONPATH=src python benchmarks/speed.py --only allocator --models leviathan --repeats 3
     PYTHONPATH=src python benchmarks/speed.py --gemm-choices --markdown reports/speed/cpu-NAME.md --json reports/speed/cpu-NAME.json
 
 Everything is measured in this one process, side by side: for each model shape, the three
@@ -41,6 +42,12 @@ same GEMM as ours.
 oneDNN for the large products and for the per-step ones), side by side, beside the choice that
 `rnnlm.backend`'s rule makes for this machine: the evidence that the rule picks the fastest.
 
+The whole run keeps freed memory in the process's heap (`rnnlm.memory.keep_freed_memory`), as
+the training and evaluation stages do, for every implementation alike; the header says so.
+`--allocator` (CPU) times our training step and PyTorch's once more with glibc's default settings and
+with freed memory kept, alternated call by call: what keeping it is worth to each. `--only PART...`
+runs some parts alone (training, sampling, gemm-choices, allocator).
+
 `--markdown PATH` and `--json PATH` write what is printed, and every figure of both tables (model,
 implementation, ms per step, ratios, GFLOP/s, share of the limit; the sampling rates and ratios),
 with the machine, to files (reports/speed/ keeps them).
@@ -78,6 +85,7 @@ from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
 from rnnlm import backend  # noqa: E402
 from rnnlm.atomic import write_text_atomic  # noqa: E402
+from rnnlm.memory import keep_freed_memory  # noqa: E402
 from rnnlm.models.products import linear, t_mm, uses_onednn  # noqa: E402
 
 CHAR_VOCAB = 65
@@ -435,6 +443,48 @@ def gemm_choices_table(records: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# The allocator
+
+ALLOCATOR_MODES = {"default": False, "kept": True}
+"""glibc's default settings (large blocks mapped and unmapped), and freed memory kept in the heap."""
+
+
+def under_allocator(keep: bool, fn: Callable[[], object]) -> Callable[[], object]:
+    """fn, run with freed memory kept or given back (`keep_freed_memory(keep)` before each call)."""
+
+    def run() -> object:
+        keep_freed_memory(keep)
+        return fn()
+
+    return run
+
+
+def benchmark_allocator(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> dict:
+    """Our training step and PyTorch's at one model's shape under both allocator modes, alternated call
+    by call; afterwards the run goes on with freed memory kept."""
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(config.vocab_size, (settings.batch, settings.seq_len + 1), generator=generator)
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    steps = {"ours": our_training_step(config, tokens, targets, device, graph=False)[1],
+             "PyTorch": reference_training_step(TorchLM(config).to(device).train(), tokens, targets)}
+    contenders = {(impl, mode): under_allocator(keep, fn) for impl, fn in steps.items()
+                  for mode, keep in ALLOCATOR_MODES.items()}
+    medians = side_by_side(contenders, settings.repeats, device)
+    keep_freed_memory(True)
+    return {"model": name,
+            "ms_per_step": {impl: {mode: 1e3 * medians[impl, mode] for mode in ALLOCATOR_MODES} for impl in steps},
+            "speedup_kept": {impl: medians[impl, "default"] / medians[impl, "kept"] for impl in steps}}
+
+
+def allocator_table(records: list[dict]) -> str:
+    lines = ["| model | implementation | default ms/step | kept ms/step | kept, speed-up |", "|---|---|---:|---:|---:|"]
+    for r in records:
+        for impl, ms in r["ms_per_step"].items():
+            lines.append(f"| {r['model']} | {impl} | {ms['default']:,.1f} | {ms['kept']:,.1f} | {r['speedup_kept'][impl]:.3f}× |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
 # Sampling
 
 
@@ -592,11 +642,12 @@ def sampling_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def machine(device: torch.device) -> dict[str, object]:
-    """What the figures were measured on."""
+def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
+    """What the figures were measured on (`keeps_memory`: whether freed memory stays in the heap)."""
     where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
         "cpu_vendor": backend.cpu_vendor() or platform.processor(), "cpu_model": backend.cpu_model() or platform.machine(),
-        "cores": os.cpu_count(), "avx512": backend.has_avx512(), "gemm": str(backend.gemm_for(device))}
+        "cores": os.cpu_count(), "avx512": backend.has_avx512(), "gemm": str(backend.gemm_for(device)),
+        "freed_memory_kept": keeps_memory}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}
 
@@ -609,8 +660,12 @@ def machine_line(info: dict[str, object]) -> str:
         names = {"mkl": "MKL", "onednn": "oneDNN"}
         gemm = names[large] if not step else f"{names[large]} (large), {names[step]} (per step)"
         where = (f"{info['cpu_model']} ({info['cpu_vendor']}, {'with' if info['avx512'] else 'no'} AVX-512), "
-                 f"{info['cores']} cores · our products through {gemm}")
+                 f"{info['cores']} cores · our products through {gemm} · freed memory "
+                 f"{'kept' if info['freed_memory_kept'] else 'given back (not glibc)'}")
     return f"{info['date']} · {where} · torch {info['torch']}, {info['threads']} threads · device {info['device']}"
+
+
+PARTS = ("training", "sampling", "gemm-choices", "allocator")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -620,9 +675,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, help="timed rounds per measurement (default 5, quick 2)")
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--only", choices=["training", "sampling"], help="measure one of the two parts")
+    parser.add_argument("--only", nargs="+", choices=PARTS, metavar="PART",
+                        help=f"measure these parts alone ({', '.join(PARTS)})")
     parser.add_argument("--gemm-choices", action="store_true",
                         help="CPU: also time our training step under every RNNLM_GEMM choice, beside the rule's")
+    parser.add_argument("--allocator", action="store_true",
+                        help="CPU: also time our training step and PyTorch's with freed memory given back and kept")
     parser.add_argument("--allow-tf32", action="store_true",
                         help="CUDA: let every implementation's float32 products use TF32 (default: exact float32)")
     parser.add_argument("--markdown", type=Path, help="also write the printed report to this file")
@@ -642,8 +700,14 @@ def main(argv: list[str] | None = None) -> None:
     configs = model_configs(args.params, args.models, settings.shrink)
     torch.manual_seed(0)
 
+    parts = set(args.only or ("training", "sampling"))
+    parts |= {part for part, asked in (("gemm-choices", args.gemm_choices), ("allocator", args.allocator)) if asked}
+    if device.type != "cpu":
+        parts -= {"gemm-choices", "allocator"}
+    keeps_memory = keep_freed_memory(True)  # as the training and evaluation stages run
+
     report = Report()
-    info = machine(device)
+    info = machine(device, keeps_memory)
     report.say(f"# Speed{' (quick: shapes shrunk, numbers meaningless)' if args.quick else ''}\n")
     report.say(machine_line(info) + f" · float32 products: {'TF32 allowed' if precision == 'tf32' else 'exact'}\n")
     measured_limit = measure_limit(settings.matmul_size, settings.repeats, device)
@@ -652,11 +716,16 @@ def main(argv: list[str] | None = None) -> None:
     report.say(f"float32 matrix product {settings.matmul_size}x{settings.matmul_size}, medians: " + ", ".join(
         f"{name} {rate:.1f} GFLOP/s ({100 * rate / limit:.0f}% of the faster)" for name, rate in rates.items()) + "\n")
     figures = {"machine": info, "settings": dataclasses.asdict(settings), "matmul_gflops": rates, "limit_gflops": limit}
-    if args.only != "sampling":
+    if "training" in parts:
         figures["training"] = measure_training(configs, settings, device, measured_limit, report)
-    if args.gemm_choices and device.type == "cpu" and args.only != "sampling":
+    if "gemm-choices" in parts:
         figures["gemm_choices"] = measure_gemm_choices(configs, settings, device, report)
-    if args.only != "training":
+    if "allocator" in parts:
+        if keeps_memory:
+            figures["allocator"] = measure_allocator(configs, settings, device, report)
+        else:
+            report.say("The allocator comparison needs glibc's allocator (Linux); skipped.\n")
+    if "sampling" in parts:
         figures["sampling"] = measure_sampling(configs, load_params(args.params), settings, device, report)
     if args.markdown:
         write_text_atomic(args.markdown, report.text())
@@ -701,6 +770,17 @@ def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, de
         records.append(benchmark_gemm_choices(name, config, settings, device))
         print(f"  compared GEMMs on {name}", file=sys.stderr, flush=True)
     report.say(gemm_choices_table(records) + "\n")
+    return records
+
+
+def measure_allocator(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
+                      report: Report) -> list[dict]:
+    report.say(f"## Training steps with freed memory given back (glibc's default) and kept, medians of {settings.repeats}\n")
+    records = []
+    for name, config in configs.items():
+        records.append(benchmark_allocator(name, config, settings, device))
+        print(f"  compared allocator settings on {name}", file=sys.stderr, flush=True)
+    report.say(allocator_table(records) + "\n")
     return records
 
 

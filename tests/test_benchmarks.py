@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -80,6 +81,22 @@ def test_gemm_choices_time_every_value_of_the_variable_beside_the_rules(tmp_path
     times = record["ms_per_step"]
     assert record["fastest"] == min(times, key=times.get)
     assert record["rule_share_of_fastest"] == pytest.approx(times[record["fastest"]] / times[record["rule"]])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the allocator settings are glibc's")
+def test_allocator_part_alone_times_both_steps_in_both_modes(tmp_path):
+    figures = tmp_path / "speed.json"
+    result = _benchmark("--models", "leviathan", "--only", "allocator", "--json", str(figures))
+    assert result.returncode == 0, result.stderr
+    assert "## Training steps with freed memory given back" in result.stdout and "## Training step (" not in result.stdout
+    assert "freed memory kept" in result.stdout.splitlines()[2]  # the header: the whole run keeps it
+    data = json.loads(figures.read_text())
+    assert data["machine"]["freed_memory_kept"] is True and set(data) >= {"allocator"}
+    assert not {"training", "sampling", "gemm_choices"} & set(data)
+    (record,) = data["allocator"]
+    assert record["model"] == "leviathan" and set(record["ms_per_step"]) == {"ours", "PyTorch"}
+    for impl, ms in record["ms_per_step"].items():
+        assert record["speedup_kept"][impl] == pytest.approx(ms["default"] / ms["kept"])
 
 
 def test_a_gemm_choice_applies_to_its_call_alone(monkeypatch):

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ve
 BLOCK_PAGES = 2**24 * 4 // 4096  # a 64 MiB float32 tensor, in 4 KiB pages
 
 ROUNDS = """
-import resource, sys, torch
+import ctypes, resource, sys, torch
 from rnnlm.memory import keep_freed_memory
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: 4 KiB pages, so faults count pages wherever THP is on
 torch.set_num_threads(1)
 took = keep_freed_memory(sys.argv[1] == "keep")
 

@@ -92,9 +92,10 @@ def keep_freed_memory(keep: bool = True) -> bool:
     """Keep (True) or give back (False) the memory this process frees. Returns whether the allocator
     took the setting: False, doing nothing, where the C library is not glibc.
 
-    keep=True: no block is mapped on its own, and the heap is never trimmed, so a freed block is
-    reused by the next allocation of its size without the kernel's page faults; the process keeps
-    its peak memory until it exits (for a training or evaluation process, what its next step uses).
+    keep=True: no block is mapped on its own, and the heap is trimmed only when 2 GiB lie free at its
+    top, so a freed block is reused by the next allocation of its size without the kernel's page
+    faults; the process keeps about its peak memory until it exits (for a training or evaluation
+    process, what its next step uses), more while the heap settles in its first steps.
     keep=False: glibc's settled default (blocks over 32 MiB mapped on their own and unmapped when
     freed, the heap trimmed past 64 MiB free at its top), for side-by-side measurements.
     """

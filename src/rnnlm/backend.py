@@ -23,8 +23,12 @@ library for each (a `Gemms`):
 The rule (`choose_gemm`), from the CPU's vendor and whether it has AVX-512:
 
 - `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
-- an Intel CPU: MKL for both. MKL is Intel's own and uses every instruction set there; it is
-  what this project always ran on Intel;
+- an Intel CPU: MKL for both. MKL is Intel's own and uses every instruction set there; on an
+  Intel Xeon with AVX-512 it was the faster of the two for both kinds (4096^2: 298-339 against
+  280-309 GFLOP/s; 64 rows by Leviathan's 1024 x 4096, packed: 282 against 260), and our training
+  step with MKL for both was the fastest of the four choices or within 0.1% of it for every model
+  in nine rounds (`reports/speed/gemm-choices-intel-xeon-avx512.md`; five rounds had put
+  oneDNN:MKL ahead for astra_gamma, by the VM's noise);
 - another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both. MKL does not use
   AVX-512 on such a CPU; oneDNN does (a 4096^2 product at 2.2x MKL's rate on an AMD EPYC);
 - another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for

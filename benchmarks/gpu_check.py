@@ -69,7 +69,9 @@ def environment() -> dict[str, object]:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "driver": driver, "gpu_memory": memory, "nvidia_smi_name": name,
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "cpu": speed.machine_line(speed.machine(torch.device("cpu"))), "python": platform.python_version(),
+        # this process leaves glibc's allocator as it is (the stages it runs keep freed memory themselves)
+        "cpu": speed.machine_line(speed.machine(torch.device("cpu"), keeps_memory=False)),
+        "python": platform.python_version(),
     }
 
 

@@ -646,7 +646,7 @@ def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
     """What the figures were measured on (`keeps_memory`: whether freed memory stays in the heap)."""
     where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
         "cpu_vendor": backend.cpu_vendor() or platform.processor(), "cpu_model": backend.cpu_model() or platform.machine(),
-        "cores": os.cpu_count(), "avx512": backend.has_avx512(), "gemm": str(backend.gemm_for(device)),
+        "cpu_generation": backend.cpu_generation(), "cores": os.cpu_count(), "avx512": backend.has_avx512(), "gemm": str(backend.gemm_for(device)),
         "freed_memory_kept": keeps_memory}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}
@@ -659,9 +659,10 @@ def machine_line(info: dict[str, object]) -> str:
         large, _, step = str(info["gemm"]).partition(":")
         names = {"mkl": "MKL", "onednn": "oneDNN"}
         gemm = names[large] if not step else f"{names[large]} (large), {names[step]} (per step)"
-        where = (f"{info['cpu_model']} ({info['cpu_vendor']}, {'with' if info['avx512'] else 'no'} AVX-512), "
+        vendor = " ".join(filter(None, [str(info["cpu_vendor"]), str(info.get("cpu_generation", ""))]))
+        where = (f"{info['cpu_model']} ({vendor}, {'with' if info['avx512'] else 'no'} AVX-512), "
                  f"{info['cores']} cores · our products through {gemm} · freed memory "
-                 f"{'kept' if info['freed_memory_kept'] else 'given back (not glibc)'}")
+                 f"{'kept' if info['freed_memory_kept'] else 'given back'}")
     return f"{info['date']} · {where} · torch {info['torch']}, {info['threads']} threads · device {info['device']}"
 
 

@@ -184,6 +184,16 @@ def cpu_model() -> str:
     return _cpuinfo("model name")
 
 
+def cpu_generation() -> str:
+    """The CPU's family, model and stepping as /proc/cpuinfo numbers them ("family 6 model 207
+    stepping 2"), "" where they cannot be read: they tell processor generations apart where a
+    virtual machine names every CPU alike ("Intel(R) Xeon(R) Processor")."""
+    numbers = {field: _cpuinfo(field) for field in ("cpu family", "model", "stepping")}
+    if not all(numbers.values()):
+        return ""
+    return f"family {numbers['cpu family']} model {numbers['model']} stepping {numbers['stepping']}"
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags ("avx2", "avx512f", ...), empty where they cannot be read."""
     return frozenset(_cpuinfo("flags").split())

@@ -126,6 +126,9 @@ RECORDED_RATES = {
     ("AuthenticAMD", True): {"large": {"mkl": 177.0, "onednn": 396.0}, "step": {"mkl": 148.0, "onednn": 385.0}},
     # AMD EPYC, family 25 (Zen 3), AVX2 only, 2026-11-23, each library's weight packed as the scans pack it:
     ("AuthenticAMD", False): {"large": {"mkl": 145.0, "onednn": 122.0}, "step": {"mkl": 77.0, "onednn": 105.0}},
+    # Intel Xeon, family 6 model 207, AVX-512, 2026-11-24 (reports/speed/cpu-intel-xeon-avx512.md; the
+    # step's rates with each library's weight packed as the scans pack it):
+    ("GenuineIntel", True): {"large": {"mkl": 314.3, "onednn": 278.8}, "step": {"mkl": 282.0, "onednn": 260.0}},
 }
 
 

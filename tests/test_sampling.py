@@ -206,6 +206,32 @@ def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
     assert all(torch.equal(a, b) for a, b in zip(flat, python_flat, strict=True))
 
 
+def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products(monkeypatch):
+    """The same, with layers wide enough that the per-step products (upper input sides with their
+    bias, hidden sides, the head with its bias) reach oneDNN's size threshold, with oneDNN chosen for
+    them: both add each bias after oneDNN's product, so the logits stay equal bit for bit."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from rnnlm import backend
+    from rnnlm.inference.stepping import Stepper
+
+    if not backend.onednn_available():
+        pytest.skip("this PyTorch has no oneDNN linear op")
+    monkeypatch.setattr(backend, "gemm_for", lambda device: backend.Gemms("mkl", "onednn"))
+    config = ModelConfig("lstm", vocab_size=700, embd=16, hidden=256, layers=2, layer_norm=True)
+    stepper, python_stepper = Stepper(_float32_model(config)), Stepper(_float32_model(config))
+    assert stepper.compiled is not None, "the C++ code did not build"
+    python_stepper.compiled = None
+    tokens, state, python_state = torch.tensor([3, 0, 10]), None, None  # 3 x 256 x 4H: past 2^19 multiply-adds
+    for _ in range(3):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            python_logits, python_state = python_stepper(tokens, python_state)
+        assert "mkldnn::_linear_pointwise" in {event.name for event in prof.events()}
+        logits, state = stepper(tokens, state)
+        assert torch.equal(logits, python_logits)
+        tokens = logits.argmax(-1)
+
+
 @pytest.mark.parametrize("mode", ["stateful", "stateless"])
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):

@@ -30,11 +30,8 @@ _onednn_linear = torch.ops.mkldnn._linear_pointwise
 def _dense(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x (M, K) W^T (+ b) through oneDNN. Each operand must be dense, row- or column-major (W may be
     a transposed view): a wider row stride makes oneDNN fall back to a reference kernel, many times
-    slower, so any other layout is copied first. The bias is added after the product rather than
-    fused into it: fused, a batch-1 product of the stepper took 8% longer (AMD EPYC without
-    AVX-512); the compiled step (kernels.cpp, step_linear) does the same, so the two agree bit for bit."""
-    out = _onednn_linear(_dense_layout(x), _dense_layout(weight), None, "none", [], "")
-    return out if bias is None else out.add_(bias)
+    slower, so any other layout is copied first."""
+    return _onednn_linear(_dense_layout(x), _dense_layout(weight), bias, "none", [], "")
 
 
 def _dense_layout(t: Tensor) -> Tensor:
@@ -80,7 +77,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, step: bool = F
     time step (the stepper's), which follows the per-step library."""
     if not uses_onednn(x, x.numel() * weight.shape[0], step):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
-    out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, bias)
+    # A one-token product adds its bias after oneDNN's product: fused, a batch-1 product took 8%
+    # longer (AMD EPYC without AVX-512). The compiled step (kernels.cpp, step_linear) does the same,
+    # so the two agree bit for bit; the large products keep it fused.
+    out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, None if step else bias)
+    if step and bias is not None:
+        out = out.add_(bias)
     return out.view(*x.shape[:-1], weight.shape[0])
 
 

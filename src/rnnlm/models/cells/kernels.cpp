@@ -109,8 +109,7 @@ Tensor step_product(const Tensor& x, const Tensor& w_t) {
 }
 
 Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t) {
-  // The bias added after oneDNN's product, not fused into it: fused, a batch-1 product took 8% longer
-  // (AMD EPYC without AVX-512). products.py's _dense does the same, so the two agree bit for bit.
+  // The bias added after oneDNN's product, as products.linear adds it to a one-token product (why: there).
   if (use_onednn(x) && large_enough(x, w_t)) return onednn_linear(x.contiguous(), w_t.t(), std::nullopt).add_(bias);
   return at::addmm(bias, x, w_t);
 }

@@ -2,8 +2,9 @@
 
 Usage: python stages/train.py MODEL PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR
 Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv. RESUME_DIR keeps
-the run's last saved state (an epoch's end, or a block inside one) while the run is under way (not
-tracked by git or DVC).
+the run's last saved state (an epoch's end, or a block inside one) until every output is written (not
+tracked by git or DVC): $RNNLM_RESUME_DIR when set, else RESUME_DIR in the main repository, also for a
+queued experiment (`rnnlm.training.resume.resume_folder`).
 """
 
 from pathlib import Path
@@ -15,6 +16,7 @@ from rnnlm.errors import command_args, run_main
 from rnnlm.memory import fits_in_memory, keep_freed_memory
 from rnnlm.params import load_params, select_model
 from rnnlm.data.tokenizers import load_tokenizer
+from rnnlm.training.resume import resume_folder
 from rnnlm.training.train import train
 from rnnlm.reporting.training_report import write_training_report
 
@@ -29,9 +31,10 @@ def main() -> None:
     val_text = read_corpus(Path(prepared) / VAL_FILE)
     request = f"training {name} (train.batch_size {params.train.batch_size}, train.seq_len {params.train.seq_len})"
     with fits_in_memory(request, resolve_device(params.train.device)):
-        result = train(params, name, tokenizer, train_text, val_text, resume_dir=Path(resume_dir))
+        result = train(params, name, tokenizer, train_text, val_text, resume_dir=resume_folder(resume_dir))
     save_checkpoint(checkpoint, result.checkpoint)
     write_training_report(report_dir, name, result)
+    result.resume.clear()  # only now: a failure above reruns from the saved state, not from epoch 1
     print(f"wrote {checkpoint}: {name}, {result.parameters:,} parameters, {result.seconds:.0f}s on {result.device}")
 
 

@@ -10,7 +10,9 @@ from rnnlm.params import as_dict, parse_params
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.device import DeviceError, resolve_device
 from rnnlm.models.language_model import build_model
-from rnnlm.training.train import ResumeStore, TrainingError, WindowSampler, steps_per_epoch, train
+from rnnlm.training.resume import ResumeStore, read_resume_file
+from rnnlm.evaluation.scoring import batch_nll
+from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from tests.conftest import synthetic_play
 
@@ -82,7 +84,7 @@ def test_interrupted_run_resumes_to_the_same_end(raw_params, tmp_path, capsys):
 
     with pytest.raises(Interrupted):
         _train(params, resume_dir=tmp_path, on_epoch_end=stop_after_first)
-    assert (tmp_path / "astra_alpha.pt").is_file()
+    assert len(list(tmp_path.glob("astra_alpha-*.pt"))) == 1
     resumed = _train(params, resume_dir=tmp_path)
     assert "resuming astra_alpha after epoch 1" in capsys.readouterr().out
     assert _losses(resumed) == _losses(whole)
@@ -90,7 +92,12 @@ def test_interrupted_run_resumes_to_the_same_end(raw_params, tmp_path, capsys):
     kept = resumed.checkpoint.first_epoch_state  # restored from the resume file, not retaken
     assert all(torch.equal(kept[k], whole.checkpoint.first_epoch_state[k]) for k in kept)
     assert resumed.checkpoint.optimizer_state["state"][0]["step"] == whole.checkpoint.optimizer_state["state"][0]["step"]
-    assert not (tmp_path / "astra_alpha.pt").exists()  # removed once the run completes
+    assert resumed.resume.path.is_file()  # kept until the caller has written every output
+    again = _train(params, resume_dir=tmp_path)  # as if writing the checkpoint had failed: no epoch is trained again
+    assert "resuming astra_alpha after epoch 3" in capsys.readouterr().out
+    assert _losses(again) == _losses(whole) and _same_weights(again, whole) and again.seconds == resumed.seconds
+    again.resume.clear()
+    assert not list(tmp_path.iterdir())
 
 
 def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params, tmp_path, capsys, monkeypatch):
@@ -109,7 +116,7 @@ def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params,
     with pytest.raises(Interrupted):
         _train(params, resume_dir=tmp_path, save_every_s=0.0)
     monkeypatch.setattr(LossLog, "read", real_read)
-    kept = torch.load(tmp_path / "astra_alpha.pt", weights_only=True)
+    _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
     assert kept["epoch"] == 1 and kept["partial"]["steps"] == 8 and len(kept["partial"]["losses"]) == 8
     assert len(kept["history_steps"]) == 20
     resumed = _train(params, resume_dir=tmp_path)
@@ -122,17 +129,23 @@ def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params,
                for k in whole.checkpoint.first_epoch_state)
 
 
-def test_resume_file_from_other_params_is_ignored(raw_params, tmp_path, capsys):
+def test_runs_of_one_model_with_other_params_keep_their_own_resume_files(raw_params, tmp_path, capsys):
     def stop(epoch):
         raise Interrupted
 
+    interrupted = tiny_params(raw_params)
     with pytest.raises(Interrupted):
-        _train(tiny_params(raw_params), resume_dir=tmp_path, on_epoch_end=stop)
+        _train(interrupted, resume_dir=tmp_path, on_epoch_end=stop)
+    (kept,) = tmp_path.iterdir()
+    before = kept.read_bytes()
     raw_params["seed"] += 1
-    params = tiny_params(raw_params)
-    fresh = _train(params, resume_dir=tmp_path)
-    assert "it is from other params or inputs" in capsys.readouterr().out
-    assert _losses(fresh) == _losses(_train(params))
+    other = tiny_params(raw_params)
+    quick = _train(other, resume_dir=tmp_path)  # another seed of the same model, run to its end meanwhile
+    assert quick.resume.path != kept and kept.read_bytes() == before
+    assert _losses(quick) == _losses(_train(other))
+    resumed = _train(interrupted, resume_dir=tmp_path)
+    assert "resuming astra_alpha after epoch 1" in capsys.readouterr().out
+    assert _losses(resumed) == _losses(_train(interrupted))
 
 
 def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp_path, monkeypatch):
@@ -149,7 +162,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", poisoned)
     with pytest.raises(TrainingError, match=r"non-finite training loss \(nan\) at step 15 \(epoch 2\)"):
         _train(tiny_params(raw_params), resume_dir=tmp_path)
-    kept = torch.load(tmp_path / "astra_alpha.pt", weights_only=True)
+    _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
     assert kept["epoch"] == 1
 
 
@@ -251,14 +264,6 @@ def test_losses_are_read_every_check_every_steps(raw_params, monkeypatch):
     assert len(result.history.steps) == 36
 
 
-def test_resume_file_from_another_device_is_ignored(tmp_path, capsys):
-    fingerprint = "f" * 64
-    ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cuda")).save({"epoch": 1})
-    assert ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cuda")).load()["epoch"] == 1
-    assert ResumeStore(tmp_path, "astra_alpha", fingerprint, torch.device("cpu")).load() is None
-    assert "written by a run on cuda, this one runs on cpu" in capsys.readouterr().out
-
-
 def test_no_progress_bar_when_the_output_is_not_a_terminal(raw_params, capsys):
     train(tiny_params(raw_params), "astra_alpha", TOKENIZER, SPLIT.train, SPLIT.val, progress=True)  # not a tty
     out, err = capsys.readouterr()
@@ -294,3 +299,22 @@ def test_the_optimizer_is_the_fused_adamw_on_the_cpu(raw_params):
             optimizer.step()
     for key, value in models[0].state_dict().items():
         torch.testing.assert_close(value, models[1].state_dict()[key], rtol=1e-5, atol=1e-6)
+
+
+def test_each_epoch_records_the_studys_one_batch_estimator(raw_params):
+    """Beside the whole split, the study's estimator: the loss on one random validation batch a
+    epoch, from a generator of its own (training itself is unchanged: the plain-loop test above
+    holds the weights to a loop that never draws it)."""
+    params = tiny_params(raw_params, dropout=0.2)
+    result = _train(params)
+    settings = params.train
+    val_ids = torch.tensor(TOKENIZER.encode(SPLIT.val))
+    draws = WindowSampler(val_ids, settings.batch_size, settings.seq_len, val_batch_seed(params.seed))
+    batches = [draws.batches(1) for _ in result.history.epochs]  # each (1, B, T)
+    recorded = [row["val_batch_loss"] for row in result.history.epochs]
+    for epoch, weights in ((1, result.checkpoint.first_epoch_state), (3, result.checkpoint.model_state)):
+        model = build_model(params.models["astra_alpha"], TOKENIZER.vocab_size)
+        model.load_state_dict(weights)
+        x, y = batches[epoch - 1]
+        assert recorded[epoch - 1] == batch_nll(model, x[0], y[0])
+    assert len(set(recorded)) == 3 and all(r != row["val_loss"] for r, row in zip(recorded, result.history.epochs))

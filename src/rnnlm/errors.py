@@ -1,14 +1,22 @@
 """The one exception type users see, and the wrapper that turns it into one line and an exit code.
 
 A stage or command raises `RnnlmError` (or a subclass) for anything wrong with its input; the
-`main` wrapper prints `error: <message>` on stderr and exits with the error's code. Everything else
-is a bug and keeps its traceback.
+`main` wrapper prints `error: <message>` on stderr and exits with the error's code. It also ends
+what is not a bug in one line: a full disk (naming the file), Ctrl-C and SIGTERM (after the
+`finally` blocks and temporary-file cleanups ran), and a closed pipe on standard output (quietly,
+as Unix tools do: nothing on stderr, exit status 141). Everything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import signal
 import sys
 from collections.abc import Callable
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class RnnlmError(Exception):
@@ -40,10 +48,50 @@ def command_args(doc: str, argv: list[str] | None = None) -> list[str]:
     return argv[1:]
 
 
+def no_space(error: OSError, what: object) -> RnnlmError:
+    """The one-line error of a write to `what` that failed for want of space."""
+    return RnnlmError(f"cannot write {what}: {error.strerror or 'no space left on device'}; free some space "
+                      f"and run the same command again")
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so cleanups run."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated
+
+
+def _quiet_broken_pipe() -> None:
+    """Standard output's reader went away (`| head`): point stdout at /dev/null so that Python's
+    final flush says nothing, and exit as a process killed by SIGPIPE would."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
+
+
 def run_main(main: Callable[[], None]) -> None:
-    """Call `main()`; on `RnnlmError` print one line to stderr and exit with its code."""
+    """Call `main()`; on `RnnlmError` print one line to stderr and exit with its code (see the module
+    docstring for the full disk, interruptions and a closed pipe)."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         main()
+        sys.stdout.flush()  # a closed pipe or a full disk under stdout shows here, not at exit
     except RnnlmError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except OSError as error:
+        if error.errno not in NO_SPACE:
+            raise
+        print(f"error: {no_space(error, error.filename or 'standard output')}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again to go on (training resumes from its last saved "
+              "state)", file=sys.stderr)
+        sys.exit(130)
+    except Terminated:
+        print("error: terminated (SIGTERM); run the same command again to go on (training resumes from its last "
+              "saved state)", file=sys.stderr)
+        sys.exit(143)

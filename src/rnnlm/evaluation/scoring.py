@@ -4,10 +4,11 @@
   tokens, each run from a zero state, many windows per batch (not a loop over tokens). With the
   training sequence length this is the validation loss; with window = k it is the loss of a model
   whose state is reset every k tokens (k = 1: the stateless mode).
+- `batch_nll(model, inputs, targets)`: one batch of windows, the study's validation estimator.
 - `streamed_nll(model, tokens)`: the state carried across the whole sequence (never reset),
   streamed through in chunks: the stateful mode (`streamed_token_nll`: each token's loss).
 
-Both predict every token after the first exactly once, so their totals compare directly.
+`windowed_nll` and `streamed_nll` predict every token after the first exactly once, so their totals compare directly.
 `bits_per_char` puts token-level totals on a per-character scale, so character and SentencePiece
 models compare on one axis.
 """
@@ -116,6 +117,17 @@ def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) 
         losses.append(F.cross_entropy(full_precision(logits[0]), y[0], reduction="none"))
     model.train(was_training)
     return torch.cat(losses)
+
+
+@torch.no_grad()
+def batch_nll(model: LanguageModel, inputs: Tensor, targets: Tensor) -> float:
+    """Mean nats per token of one batch of windows, inputs and targets (B, T) on the model's device,
+    each window from a zero state: the study's validation estimator (one random batch)."""
+    was_training = model.training
+    model.eval()
+    logits, _ = model(inputs)  # (B, T, V)
+    model.train(was_training)
+    return (_nats(logits, targets) / targets.numel()).item()
 
 
 def windowed_nll(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Score:

@@ -8,15 +8,17 @@ metrics.
 The study's recipe: AdamW (weight decay from params), CosineAnnealingLR stepped once per epoch with
 T_max = epochs, cross-entropy, gradient-norm clipping, random windows of the training split drawn
 by a seeded generator. Unlike the study, the validation loss is measured on the whole validation
-split (consecutive windows of the sequence length, each from a zero state) after every epoch.
+split (consecutive windows of the sequence length, each from a zero state) after every epoch; the
+study's own estimator, the loss on one random validation batch, is recorded beside it
+(`val_batch_loss`), drawn by a generator of its own so that training is the same with or without it.
 
 Each optimizer step is `rnnlm.training.step`'s: it never waits on the device (the losses are read once
 every `train.check_every` steps), and on CUDA it is replayed as one captured CUDA graph.
 
 After each completed epoch, and inside an epoch at the end of a block of `train.check_every` steps
 once `save_every_s` seconds have passed since the last write, the whole run state (weights,
-optimizer, scheduler, both random generators, the history, the epoch's progress) is written to a
-resume file; rerunning with the same params and inputs continues from there and ends bit-identical
+optimizer, scheduler, the random generators, the history, the epoch's progress) is written to a
+resume file (`rnnlm.training.resume`); rerunning with the same params and inputs continues from there and ends bit-identical
 (on the CPU) to a run that was never interrupted. A block boundary is a point where nothing is in
 flight: the next block draws its windows afresh from the saved generator.
 """
@@ -39,14 +41,14 @@ from torch import Tensor
 from tqdm import tqdm
 
 from rnnlm import backend
-from rnnlm.atomic import atomic_path
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.device import device_for
 from rnnlm.errors import RnnlmError
-from rnnlm.evaluation.scoring import windowed_nll
+from rnnlm.evaluation.scoring import batch_nll, windowed_nll
 from rnnlm.models.language_model import build_model, config_from_params, count_parameters
 from rnnlm.params import Params, as_dict
 from rnnlm.data.tokenizers import Tokenizer
+from rnnlm.training.resume import ResumeStore
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
 
@@ -101,46 +103,6 @@ def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: 
     return digest.hexdigest()
 
 
-class ResumeStore:
-    """The resume file of one model's run, in a folder that neither git nor DVC tracks."""
-
-    def __init__(self, folder: Path | None, name: str, fingerprint: str, device: torch.device):
-        self.path = None if folder is None else Path(folder) / f"{name}.pt"
-        self.fingerprint = fingerprint
-        self.device = device.type  # the device actually used: "auto" in params names none
-        self.gemm = products_gemm(device)  # another GEMM rounds otherwise: the run would not repeat itself
-
-    def load(self) -> dict[str, Any] | None:
-        if self.path is None or not self.path.is_file():
-            return None
-        try:
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
-        except Exception:  # a file cut short by the interruption itself: start over
-            print(f"note: ignoring unreadable resume file {self.path}")
-            return None
-        if state.get("fingerprint") != self.fingerprint:
-            print(f"note: ignoring {self.path}: it is from other params or inputs")
-            return None
-        if state.get("device") != self.device:
-            print(f"note: ignoring {self.path}: it was written by a run on {state.get('device')}, this one runs on "
-                  f"{self.device}")
-            return None
-        if state.get("gemm", self.gemm) != self.gemm:
-            print(f"note: ignoring {self.path}: its run's products went through {state.get('gemm')}, this one's "
-                  f"through {self.gemm}")
-            return None
-        return state
-
-    def save(self, state: dict[str, Any]) -> None:
-        if self.path is not None:
-            with atomic_path(self.path) as tmp:
-                torch.save({**state, "fingerprint": self.fingerprint, "device": self.device, "gemm": self.gemm}, tmp)
-
-    def clear(self) -> None:
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
-
-
 @dataclass
 class EpochProgress:
     """How far the epoch in progress got: its completed steps, their losses, its seconds so far."""
@@ -158,6 +120,7 @@ class _Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: WindowSampler
+    val_batches: WindowSampler  # the study's validation estimator: one random batch per epoch
     device: torch.device
     first_epoch_state: dict[str, Tensor] | None = None  # the weights after epoch 1, on the CPU
 
@@ -175,6 +138,7 @@ class _Run:
             "first_epoch_model": self.first_epoch_state,
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "val_batch_rng": self.val_batches.generator.get_state(),
             "history_steps": history.steps, "history_epochs": history.epochs, **cuda,
             "partial": None if progress is None else asdict(progress),
         }
@@ -186,6 +150,7 @@ class _Run:
         self.scheduler.load_state_dict(saved["scheduler"])
         self.first_epoch_state = saved.get("first_epoch_model")
         self.sampler.generator.set_state(saved["sampler_rng"])
+        self.val_batches.generator.set_state(saved["val_batch_rng"])
         torch.set_rng_state(saved["torch_rng"])
         if self.device.type == "cuda" and "cuda_rng" in saved:
             torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
@@ -207,6 +172,12 @@ def products_gemm(device: torch.device) -> str:
     return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
 
 
+def val_batch_seed(seed: int) -> int:
+    """The seed of the generator that draws the study's validation batch each epoch: derived from
+    `seed` but its own stream, so drawing it changes nothing that training draws."""
+    return int.from_bytes(hashlib.sha256(f"study validation batch {seed}".encode()).digest()[:8], "little") >> 1
+
+
 @dataclass
 class TrainResult:
     checkpoint: Checkpoint
@@ -216,6 +187,7 @@ class TrainResult:
     processor: str  # the CPU's or GPU's model name
     parameters: int
     seconds: float
+    resume: ResumeStore  # the run's resume file, kept until the caller has every output in place
 
 
 def train(
@@ -230,7 +202,9 @@ def train(
     save_every_s: float = SAVE_EVERY_S,
 ) -> TrainResult:
     """Train the entry `name` of `params.models`; see the module docstring for the recipe and for
-    when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch)."""
+    when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch). The file is
+    left in place: the caller removes it (`result.resume.clear()`) once it has written every output,
+    so a failure while writing them loses no training."""
     entry, settings = params.models[name], params.train
     device = device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
@@ -248,10 +222,13 @@ def train(
     optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     sampler = WindowSampler(train_ids, settings.batch_size, settings.seq_len, params.seed)
+    val_batches = WindowSampler(val_ids, settings.batch_size, settings.seq_len, val_batch_seed(params.seed))
     history, first_epoch, seconds, resumed = History(), 1, 0.0, EpochProgress()
 
-    store = ResumeStore(resume_dir, name, run_fingerprint(params, name, tokenizer, train_ids, val_ids), device)
-    run = _Run(model, optimizer, scheduler, sampler, device)
+    gemm = products_gemm(device)  # another GEMM rounds otherwise: the run would not repeat itself
+    store = ResumeStore(resume_dir, name, params.seed, run_fingerprint(params, name, tokenizer, train_ids, val_ids),
+                        device.type, gemm)
+    run = _Run(model, optimizer, scheduler, sampler, val_batches, device)
     saved = store.load()
     if saved is not None:
         history, seconds, resumed = run.restore(saved)
@@ -293,20 +270,23 @@ def train(
             bar.set_postfix(loss=f"{block[-1]:.3f}", tok_s=f"{rate:,.0f}")
             if first + size < n_steps and time.perf_counter() - last_save >= save_every_s:
                 progress_now = EpochProgress(first + size, losses, time.perf_counter() - epoch_start)
-                store.save(run.snapshot(epoch - 1, history, seconds, progress_now))
+                store.save(run.snapshot(epoch - 1, history, seconds, progress_now), entry.epochs)
                 last_save = time.perf_counter()
         bar.close()
         scheduler.step()
         val = windowed_nll(model, val_ids, settings.seq_len)
+        val_x, val_y = val_batches.batches(1)  # (1, B, T)
+        val_batch = batch_nll(model, val_x[0].to(device), val_y[0].to(device))
         epoch_seconds = time.perf_counter() - epoch_start
         seconds += epoch_seconds
         history.epochs.append({"step": len(history.steps), "epoch": epoch, "train_loss": statistics.fmean(losses),
-                               "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds})
+                               "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds,
+                               "val_batch_loss": val_batch})
         print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
               f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
         if epoch == 1:
             run.keep_first_epoch()
-        store.save(run.snapshot(epoch, history, seconds))
+        store.save(run.snapshot(epoch, history, seconds), entry.epochs)
         last_save = time.perf_counter()
         if on_epoch_end is not None:
             on_epoch_end(epoch)
@@ -322,6 +302,5 @@ def train(
         optimizer_state=optimizer.state_dict(),
         first_epoch_state=run.first_epoch_state,
     )
-    store.clear()
-    return TrainResult(checkpoint, history, device.type, products_gemm(device), processor_name(device),
-                       count_parameters(model), seconds)
+    return TrainResult(checkpoint, history, device.type, gemm, processor_name(device), count_parameters(model),
+                       seconds, store)

@@ -1,0 +1,91 @@
+"""Resume files: keyed per run, checksummed, found by a queued experiment's rerun, listed and pruned."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rnnlm.training.resume import (MAGIC, ResumeFileError, ResumeStore, list_resume_files, main_repository,
+                                   read_header, read_resume_file, resume_folder, write_resume_file)
+
+
+def _store(folder: Path, seed: int = 1, device: str = "cpu", gemm: str = "mkl") -> ResumeStore:
+    fingerprint = f"params and inputs of seed {seed}"  # `run_fingerprint` covers the seed, params and data
+    return ResumeStore(folder, "astra_alpha", seed, fingerprint, device, gemm)
+
+
+def test_a_resume_file_round_trips_and_says_what_it_holds(tmp_path):
+    store = _store(tmp_path)
+    state = {"epoch": 3, "partial": {"steps": 40}, "weights": torch.arange(6.0)}
+    store.save(state, epochs=10)
+    header = read_header(store.path)
+    assert (header["model"], header["seed"], header["epoch"], header["epochs"], header["step_in_epoch"]) == (
+        "astra_alpha", 1, 3, 10, 40)
+    assert 0 <= header.age_s() < 60
+    loaded = store.load()
+    assert loaded["epoch"] == 3 and torch.equal(loaded["weights"], state["weights"])
+
+
+def test_runs_with_other_params_or_on_other_hardware_have_files_of_their_own(tmp_path):
+    paths = {_store(tmp_path).path, _store(tmp_path, seed=2).path, _store(tmp_path, device="cuda").path,
+             _store(tmp_path, gemm="onednn").path}
+    assert len(paths) == 4 and all(p.name.startswith("astra_alpha-") for p in paths)
+
+
+def test_a_file_whose_key_is_not_the_runs_is_refused(tmp_path, capsys):
+    store = _store(tmp_path)
+    store.save({"epoch": 1}, epochs=2)
+    other = _store(tmp_path, seed=2)
+    store.path.rename(other.path)  # someone renamed it by hand
+    assert other.load() is None
+    assert "belongs to another run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "header"])
+def test_a_damaged_resume_file_is_refused_with_a_note(tmp_path, capsys, damage):
+    store = _store(tmp_path)
+    store.save({"epoch": 1, "weights": torch.randn(1000)}, epochs=2)
+    data = bytearray(store.path.read_bytes())
+    if damage == "flip":
+        data[-2000:-1992] = bytes(b ^ 0xFF for b in data[-2000:-1992])  # eight bytes inside the tensor's data
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[len(MAGIC) + 1] = ord("!")
+    store.path.write_bytes(bytes(data))
+    with pytest.raises(ResumeFileError):
+        read_resume_file(store.path)
+    assert store.load() is None
+    assert "note: ignoring" in capsys.readouterr().out
+
+
+def test_a_file_that_is_no_resume_file_is_refused(tmp_path):
+    path = tmp_path / "x.pt"
+    torch.save({"epoch": 1}, path)  # the old, unchecked format
+    with pytest.raises(ResumeFileError, match="not an rnnlm resume file"):
+        read_resume_file(path)
+    assert isinstance(list_resume_files(tmp_path)[0], ResumeFileError)
+
+
+def test_the_folder_of_a_queued_experiment_is_the_main_repositorys(tmp_path):
+    repo = tmp_path / "repo"
+    workspace = repo / ".dvc/tmp/exps/tmpabc123"
+    workspace.mkdir(parents=True)
+    assert main_repository(workspace) == repo.resolve()
+    assert main_repository(repo) == repo.resolve()
+    assert resume_folder(".resume", environ={}, cwd=workspace) == repo.resolve() / ".resume"
+    assert resume_folder(".resume", environ={"RNNLM_RESUME_DIR": str(tmp_path / "keep")}, cwd=workspace) == (
+        tmp_path / "keep")
+    assert resume_folder(".resume", environ={"RNNLM_RESUME_DIR": ""}, cwd=repo) == repo.resolve() / ".resume"
+
+
+def test_listing_gives_newest_first(tmp_path):
+    write_resume_file(tmp_path / "a.pt", {"epoch": 1}, {"model": "a", "epoch": 1})
+    time.sleep(1.1)
+    write_resume_file(tmp_path / "b.pt", {"epoch": 2}, {"model": "b", "epoch": 2})
+    assert [h["model"] for h in list_resume_files(tmp_path)] == ["b", "a"]

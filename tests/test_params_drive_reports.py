@@ -15,6 +15,7 @@ from rnnlm.evaluation.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.params import parse_params
 from rnnlm.reporting import study_report
+from rnnlm.reporting.study_figure import _reset_curve
 from rnnlm.reporting.generation_markdown import to_markdown
 from rnnlm.reporting.generation_run import run_generations
 from tests.conftest import REPO_ROOT, synthetic_play
@@ -61,14 +62,17 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     assert "| k | 1 | 4 | 16 | never |" in report
 
     # the study report reads the intervals the run measured
-    folder = tmp_path / "study/astra_alpha"
+    folder = tmp_path / f"study/astra_alpha/seed-{params.seed}"
     folder.mkdir(parents=True)
     write_metrics(metrics, folder / "metrics.json")
-    (folder / "train_metrics.json").write_text(json.dumps({"model": "astra_alpha", "device": "cpu", "steps": 10}))
+    (folder / "train_metrics.json").write_text(json.dumps({"model": "astra_alpha", "device": "cpu", "steps": 10,
+                                                           "epochs": 1, "val_loss": 1.5, "parameters": 1000,
+                                                           "seconds": 1.0}))
+    (folder / "epochs.tsv").write_text("step\tepoch\ttrain_loss\tval_loss\n10\t1\t1.6\t1.5\n")
     shutil.copy(REPO_ROOT / "params.yaml", folder / "params.yaml")
     (folder / "provenance.json").write_text(json.dumps({"model": "astra_alpha", "steps_scale": 1.0, "rev": "0" * 40}))
     runs = study_report.report(tmp_path / "study", tmp_path / "study.md", tmp_path / "study.png",
                                str(REPO_ROOT / "params.yaml"))
-    assert study_report._reset_curve(runs[0])[0] == ["1", "4", "16", "never"]
+    assert list(_reset_curve(runs[0])) == ["1", "4", "16", "never"]
     assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| [astra_alpha](study/astra_alpha/generations.md) |" in (tmp_path / "study.md").read_text()
+    assert f"| [astra_alpha](study/astra_alpha/seed-{params.seed}/generations.md) |" in (tmp_path / "study.md").read_text()

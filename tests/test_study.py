@@ -1,13 +1,17 @@
-"""The study across models: `collect` from runs kept in git, `report` from the folders alone, and
-the commands `run` queues."""
+"""The study across models and seeds: `collect` from runs kept in git, `report` from the folders
+alone, and what `run` queues."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -31,18 +35,19 @@ def _metrics(model: str, stateful: float) -> dict:
                      "stateful": {"known_word_share": 0.8, "repeated_4gram_share": 0.1}}}
 
 
-def _write_run(repo: Path, model: str, scale: float, stateful: float) -> None:
+def _write_run(repo: Path, model: str, scale: float, stateful: float, seed: int = 1337) -> None:
     """The workspace as a finished `dvc repro` of `model` leaves it (the files collect reads)."""
     (repo / "reports/train").mkdir(parents=True, exist_ok=True)
     (repo / "reports/plots").mkdir(parents=True, exist_ok=True)
-    entry = {"tokens": "char", "cell": "gru", "embd": 8, "hidden": 16, "layers": 1, "epochs": 1}
-    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "train": {"steps_scale": scale},
+    entry = {"tokens": "char", "cell": "gru", "embd": 8, "hidden": 16, "layers": 1, "epochs": 2}
+    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "seed": seed, "train": {"steps_scale": scale},
                                                       "models": {model: entry}}))
     train = {"model": model, "device": "cpu", "processor": "Test CPU", "gemm": "onednn", "parameters": 1000,
-             "steps": 20, "val_loss": 1.7, "best_val_loss": 1.69, "seconds": 12.5}
+             "epochs": 2, "steps": 20, "val_loss": 1.7, "best_val_loss": 1.69, "seconds": 12.5}
     (repo / "reports/train/metrics.json").write_text(json.dumps(train))
-    for name in ("epochs.tsv", "steps.tsv"):
-        (repo / "reports/train" / name).write_text("step\tval_loss\n1\t1.7\n")
+    epochs = "step\tepoch\ttrain_loss\tval_loss\tval_batch_loss\n10\t1\t2.0\t1.69\t1.72\n20\t2\t1.8\t1.7\t1.69\n"
+    (repo / "reports/train/epochs.tsv").write_text(epochs)
+    (repo / "reports/train/steps.tsv").write_text("step\ttrain_loss\n1\t2.0\n")
     (repo / "reports/metrics.json").write_text(json.dumps(_metrics(model, stateful)))
     for name in ("reset_curve.csv", "context_curve.csv"):
         (repo / "reports/plots" / name).write_text("k,bpc\n1,3.7\n")
@@ -57,10 +62,10 @@ def _commit(repo: Path, message: str, date: str) -> str:
     return _git(repo, "rev-parse", "HEAD").strip()
 
 
-def _experiment(repo: Path, name: str, model: str, scale: float, stateful: float, date: str) -> str:
+def _experiment(repo: Path, name: str, model: str, scale: float, stateful: float, date: str, seed: int = 1337) -> str:
     """A commit on top of HEAD kept only under refs/exps/, as `dvc exp run` (or `dvc exp pull`) leaves one."""
     baseline = _git(repo, "rev-parse", "HEAD").strip()
-    _write_run(repo, model, scale, stateful)
+    _write_run(repo, model, scale, stateful, seed)
     rev = _commit(repo, name, date)
     _git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}", rev)
     _git(repo, "reset", "-q", "--hard", baseline)
@@ -77,25 +82,28 @@ def repo(tmp_path) -> Path:
     return root
 
 
-def test_collect_takes_each_models_newest_run_and_keeps_quick_runs_apart(repo):
+def test_collect_keeps_every_seed_and_each_ones_newest_run_and_quick_runs_apart(repo):
     _experiment(repo, "new-alpha", "alpha", 1.0, 2.40, "2026-01-02T10:00:00+00:00")
     _experiment(repo, "old-alpha", "alpha", 1.0, 2.60, "2025-12-31T10:00:00+00:00")
+    _experiment(repo, "alpha-seed1", "alpha", 1.0, 2.45, "2025-12-30T10:00:00+00:00", seed=1)  # older, but its own seed
     _experiment(repo, "quick-alpha", "alpha", 0.01, 3.90, "2026-01-03T10:00:00+00:00")
     beta = _experiment(repo, "beta-run", "beta", 1.0, 2.20, "2026-01-02T11:00:00+00:00")
     out = repo / "reports/study"
     said = study_collect.collect(repo, out)
     assert sorted(p.name for p in out.iterdir()) == ["alpha", "beta", "quick"]
-    alpha = json.loads((out / "alpha/provenance.json").read_text())
+    assert sorted(p.name for p in (out / "alpha").iterdir()) == ["seed-1", "seed-1337"]
+    alpha = json.loads((out / "alpha/seed-1337/provenance.json").read_text())
     assert alpha["experiment"] == "new-alpha" and alpha["steps_scale"] == 1.0  # not the quick one, though newer
-    assert json.loads((out / "alpha/metrics.json").read_text())["stateful_bpc"] == 2.40
+    assert json.loads((out / "alpha/seed-1337/metrics.json").read_text())["stateful_bpc"] == 2.40
+    assert json.loads((out / "alpha/seed-1/metrics.json").read_text())["stateful_bpc"] == 2.45
     assert json.loads((out / "quick/alpha/metrics.json").read_text())["stateful_bpc"] == 3.90
-    provenance = json.loads((out / "beta/provenance.json").read_text())
+    provenance = json.loads((out / "beta/seed-1337/provenance.json").read_text())
     assert provenance | {"commit": None} == {
-        "model": "beta", "steps_scale": 1.0, "experiment": "beta-run", "rev": beta, "commit": None,
+        "model": "beta", "seed": 1337, "steps_scale": 1.0, "experiment": "beta-run", "rev": beta, "commit": None,
         "date": "2026-01-02T11:00:00+00:00", "device": "cpu", "processor": "Test CPU", "gemm": "onednn",
         "train_seconds": 12.5, "made_by": "python -m rnnlm.study collect"}
     assert provenance["commit"] == _git(repo, "rev-parse", "HEAD").strip()  # the commit it was run from
-    assert {p.name for p in (out / "beta").iterdir()} == {*study_collect.FOLDER, "provenance.json"}
+    assert {p.name for p in (out / "beta/seed-1337").iterdir()} == {*study_collect.FOLDER, "provenance.json"}
     assert any("quick" in line for line in said)
     assert not list(out.rglob(".*"))  # no temporary folder left behind
     again = study_collect.collect(repo, out)
@@ -104,26 +112,27 @@ def test_collect_takes_each_models_newest_run_and_keeps_quick_runs_apart(repo):
 
 def test_collect_never_replaces_a_newer_run_with_an_older_one(repo):
     out = repo / "reports/study"
-    (out / "alpha").mkdir(parents=True)
-    (out / "alpha/provenance.json").write_text(json.dumps({"date": "2026-06-01T00:00:00+00:00", "device": "cuda"}))
+    (out / "alpha/seed-1337").mkdir(parents=True)
+    (out / "alpha/seed-1337/provenance.json").write_text(json.dumps({"date": "2026-06-01T00:00:00+00:00"}))
     said = study_collect.collect(repo, out)
     assert "kept the newer run" in said[0]
-    assert sorted(p.name for p in (out / "alpha").iterdir()) == ["provenance.json"]
+    assert sorted(p.name for p in (out / "alpha/seed-1337").iterdir()) == ["provenance.json"]
 
 
 def test_collect_reads_committed_runs_and_refuses_a_folder_that_is_no_repository(repo, tmp_path):
     out = tmp_path / "study"
     study_collect.collect(repo, out)
-    assert json.loads((out / "alpha/provenance.json").read_text())["experiment"] is None  # the branch's commit
+    assert json.loads((out / "alpha/seed-1337/provenance.json").read_text())["experiment"] is None  # the branch's commit
     with pytest.raises(RnnlmError, match="not a git repository"):
         study_collect.collect(tmp_path / "nowhere", out)
 
 
 def _folders(repo: Path) -> Path:
     _experiment(repo, "beta-run", "beta", 1.0, 2.20, "2026-01-02T11:00:00+00:00")
+    _experiment(repo, "beta-seed1", "beta", 1.0, 2.26, "2026-01-02T12:00:00+00:00", seed=1)
     _experiment(repo, "quick-gamma", "gamma", 0.01, 3.90, "2026-01-03T10:00:00+00:00")
     study_collect.collect(repo, repo / "reports/study")
-    params = repo / "params-all.yaml"
+    params = repo.parent / "params-all.yaml"
     raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     raw["models"] = {m: raw["models"]["astra_alpha"] for m in MODELS}
     raw["model"] = "alpha"
@@ -131,74 +140,198 @@ def _folders(repo: Path) -> Path:
     return params
 
 
+OUTPUTS = ("study.md", "study.png", "study/runs.csv", "study/summary.csv", "study/summary.json")
+
+
 def test_report_reads_the_folders_alone(repo):
     params = _folders(repo)
     reports = repo / "reports"
     runs = study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
-    assert sorted((r.model, r.quick) for r in runs) == [("alpha", False), ("beta", False), ("gamma", True)]
+    assert sorted((r.model, r.seed, r.quick) for r in runs) == [
+        ("alpha", 1337, False), ("beta", 1, False), ("beta", 1337, False), ("gamma", 1337, True)]
     text = (reports / "study.md").read_text()
-    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| [") or line.startswith("| gamma")}
-    assert "**2.500**" in rows["| [alpha](study/alpha/generations.md)"] and "cpu: Test CPU" in text
-    assert "1.700 / 1.690" in rows["| [beta](study/beta/generations.md)"]
-    assert "not run yet" in rows["| gamma"]  # no full-scale run: listed, not zero
+    full_scale = text.split("## Findings")[0].splitlines()  # the per-model table
+    rows = {line.split(" | ")[0]: line for line in full_scale if line.startswith("| [") or line.startswith("| gamma")}
+    assert "**2.500**" in rows["| [alpha](study/alpha/seed-1337/generations.md)"] and "cpu: Test CPU" in text
+    beta = rows["| [beta](study/beta/seed-1337/generations.md)"]  # two seeds: mean ± half-width, n = 2
+    assert "| 2 |" in beta and f"**2.230 ± {12.706 * 0.03:.3f}**" in beta
+    assert "gamma | —" in text  # no full-scale run: listed with dashes, not zeros
     assert "## Quick runs" in text and "[gamma](study/quick/gamma/generations.md)" in text
-    assert "## Findings" in text and "### 6." in text
+    assert "## Findings" in text and "### 6." in text and "## Every run" in text
     assert (reports / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    first = (reports / "study.md").read_bytes(), (reports / "study.png").read_bytes()
+    table = pd.read_csv(reports / "study/runs.csv")
+    assert list(zip(table["model"], table["seed"])) == [("alpha", 1337), ("beta", 1337), ("beta", 1)]  # pinned first
+    summary = pd.read_csv(reports / "study/summary.csv").set_index(["model", "figure"])
+    assert summary.loc[("beta", "stateful_bpc"), "n"] == 2 and summary.loc[("beta", "stateful_bpc"), "mean"] == 2.23
+    assert json.loads((reports / "study/summary.json").read_text())["beta"]["seeds"] == 2
+    first = {name: (reports / name).read_bytes() for name in OUTPUTS}
     shutil.rmtree(repo / ".git")  # nothing but the folders is read
     study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
-    assert ((reports / "study.md").read_bytes(), (reports / "study.png").read_bytes()) == first
+    assert {name: (reports / name).read_bytes() for name in OUTPUTS} == first
 
 
 def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
     with pytest.raises(RnnlmError, match="no study folders; run `python -m rnnlm.study collect` first"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
     (tmp_path / "alpha").mkdir()
-    with pytest.raises(RnnlmError, match="no params.yaml; expected a folder written by `study collect`"):
+    with pytest.raises(RnnlmError, match="alpha: no seed-<seed> folder"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
-    (tmp_path / "alpha/params.yaml").write_text("model: alpha\n")
-    with pytest.raises(RnnlmError, match="no train_metrics.json; expected a folder written by `study collect`"):
+    (tmp_path / "alpha/seed-1").mkdir()
+    with pytest.raises(RnnlmError, match=r"seed-1/params.yaml: missing; expected a folder written by"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
     assert not (tmp_path / "s.md").exists()
 
 
-def test_the_committed_study_report_rebuilds_byte_for_byte(tmp_path):
-    """What a fresh clone gets from `python -m rnnlm.study report`: the committed reports/study.md."""
-    markdown = tmp_path / "reports/study.md"
-    markdown.parent.mkdir()
-    shutil.copytree(REPO_ROOT / "reports/study", tmp_path / "reports/study")
-    study_report.report(tmp_path / "reports/study", markdown, tmp_path / "reports/study.png",
-                        str(REPO_ROOT / "params.yaml"))
-    assert markdown.read_text() == (REPO_ROOT / "reports/study.md").read_text()
-
-
-def test_the_readmes_study_table_is_the_one_report_writes(tmp_path):
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO_ROOT / "README.md", readme)
-    shutil.copytree(REPO_ROOT / "reports/study", tmp_path / "reports/study")  # the links are relative to the README
-    runs = study_report.load_runs(tmp_path / "reports/study")
-    study_report.update_readme(readme, runs, list(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["models"]),
-                               tmp_path / "reports/study.md")
-    assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
-    assert "([figures](reports/study.md#findings))" in readme.read_text()  # the verdicts link to their figures
-    assert "[astra_alpha](reports/study/astra_alpha/generations.md)" in readme.read_text()
+def test_a_fresh_clone_rebuilds_the_committed_study_byte_for_byte(tmp_path):
+    """What `python -m rnnlm.study report` gives in a fresh clone: the committed study.md, study.png,
+    runs.csv, summary.csv, summary.json and the README's block, from the folders alone."""
+    reports = tmp_path / "reports"
+    shutil.copytree(REPO_ROOT / "reports/study", reports / "study",
+                    ignore=shutil.ignore_patterns("runs.csv", "summary.csv", "summary.json"))
+    shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
+    readme = (tmp_path / "README.md").read_text()
+    start, end = readme.index(study_report.README_BEGIN), readme.index(study_report.README_END)
+    (tmp_path / "README.md").write_text(readme[:start + len(study_report.README_BEGIN)] + "\nstale\n" + readme[end:])
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(REPO_ROOT / "params.yaml"),
+                        tmp_path / "README.md")
+    for name in OUTPUTS:
+        assert (reports / name).read_bytes() == (REPO_ROOT / "reports" / name).read_bytes(), name
+    assert (tmp_path / "README.md").read_text() == (REPO_ROOT / "README.md").read_text()
+    assert "([figures](reports/study.md#findings))" in readme  # the verdicts link to their figures
+    assert "[astra_alpha](reports/study/astra_alpha/seed-1337/generations.md)" in readme
     (tmp_path / "other.md").write_text("no markers\n")
     with pytest.raises(RnnlmError, match="no study table markers"):
-        study_report.update_readme(tmp_path / "other.md", runs, ["astra_alpha"], tmp_path / "study.md")
+        study_report.report(reports / "study", reports / "study.md", reports / "study.png",
+                            str(REPO_ROOT / "params.yaml"), tmp_path / "other.md")
 
 
-def test_queue_commands_set_model_and_scale():
-    assert study_queue.queue_commands(["astra_beta", "leviathan"], 0.01) == [
-        ["dvc", "exp", "run", "--queue", "-S", "model=astra_beta", "-S", "train.steps_scale=0.01"],
-        ["dvc", "exp", "run", "--queue", "-S", "model=leviathan", "-S", "train.steps_scale=0.01"],
-    ]
+def test_a_models_seeds_are_the_pinned_one_then_1_2_3():
+    assert study_queue.seeds_wanted(1337, 5) == [1337, 1, 2, 3, 4]
+    assert study_queue.seeds_wanted(2, 4) == [2, 1, 3, 4]
+    assert study_queue.seeds_wanted(1337, 1) == [1337]
 
 
-def test_unknown_model_and_bad_scale_are_refused_before_anything_is_queued(monkeypatch):
+def test_run_queues_each_model_and_seed_not_held_yet(repo):
+    _experiment(repo, "alpha-seed1", "alpha", 1.0, 2.45, "2025-12-30T10:00:00+00:00", seed=1)  # finished, not collected
+    _experiment(repo, "quick-alpha-seed2", "alpha", 0.01, 3.9, "2025-12-30T10:00:00+00:00", seed=2)  # another scale
+    held = study_queue.held_runs(repo, repo / "reports/study", 1.0)
+    assert held == {("alpha", 1), ("alpha", 1337)}  # seed 1337: the branch's committed run
+    (repo / "reports/study/beta/seed-2").mkdir(parents=True)  # collected
+    held = study_queue.held_runs(repo, repo / "reports/study", 1.0)
+    todo = study_queue.plan(["alpha", "beta"], [1337, 1, 2], held, {"beta-seed1"}, 1.0)
+    assert todo == [("alpha", 2), ("beta", 1337)]  # beta seed 1 is already queued
+    assert study_queue.queue_command("beta", 1337, 1.0) == [
+        "dvc", "exp", "run", "--queue", "-n", "beta-seed1337", "-S", "model=beta", "-S", "seed=1337", "-S",
+        "train.steps_scale=1"]
+    assert study_queue.experiment_name("beta", 2, 0.01) == "beta-seed2-scale0.01"
+
+
+def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_queued(monkeypatch):
     calls = []
     monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")
     with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
         study_queue.run(["astra_alpha", "nosuch"], 1.0, wait=False, params_path=str(REPO_ROOT / "params.yaml"))
     with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
         study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):
+        study_command.main(["run", "--seeds", "0", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []
+
+
+def _study_cli(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "rnnlm.study", *args], cwd=repo, env=env, capture_output=True,
+                          text=True)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (Debian's strace package) to kill collect "
+                                                          "between its two renames")
+def _collected_from_an_older_run(repo: Path, out: Path) -> None:
+    """alpha seed 1337's folder as if collected before its newest run existed."""
+    study_collect.collect(repo, out)
+    (out / "alpha/seed-1337/provenance.json").write_text(json.dumps({"model": "alpha", "rev": "0" * 40,
+                                                                     "date": "2025-01-01T00:00:00+00:00"}))
+
+
+def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_until_then(repo):
+    out = repo / "reports/study"
+    _experiment(repo, "newer-alpha", "alpha", 1.0, 2.30, "2026-02-01T10:00:00+00:00")
+    _collected_from_an_older_run(repo, out)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    renames = "rename,renameat,renameat2"
+    killed = subprocess.run(["strace", "-qq", "-o", os.devnull, "-e", f"trace={renames}", "-e",
+                             f"inject={renames}:signal=KILL:when=2", sys.executable, "-m", "rnnlm.study", "collect"],
+                            cwd=repo, env=env, capture_output=True, text=True)
+    assert killed.returncode != 0
+    alpha = out / "alpha"
+    assert sorted(p.name for p in alpha.iterdir()) == [".seed-1337.old", ".seed-1337.partial"]  # the folder is gone
+    refused = _study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    assert refused.returncode == 1 and refused.stderr == (
+        "error: reports/study/alpha/.seed-1337.old: left by an interrupted `collect`; run `python -m rnnlm.study collect` "
+        f"again to mend it, then report\n")
+    mended = _study_cli(repo, "collect")
+    assert mended.returncode == 0 and "put back the run an interrupted collect had moved aside" in mended.stdout
+    assert sorted(p.name for p in alpha.iterdir()) == ["seed-1337"]
+    assert json.loads((alpha / "seed-1337/metrics.json").read_text())["stateful_bpc"] == 2.30
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: (f / "epochs.tsv").write_text((f / "epochs.tsv").read_text().splitlines()[0] + "\n10\t1\t2.0\t1.69\t1\n"),
+     "epochs.tsv: holds epochs 1, but train_metrics.json says 2 epochs; expected the files of one run"),
+    (lambda f: (f / "metrics.json").write_text('{"model": "alpha", "stateful_bpc": 2.'),
+     "metrics.json: does not parse"),
+    (lambda f: (f / "params.yaml").write_text(""), "params.yaml: does not parse (empty or not a table)"),
+    (lambda f: (f / "params.yaml").write_text((f / "params.yaml").read_text().replace("seed: 1337", "seed: 3")),
+     "params.yaml: has seed 3, not the folder's 1337"),
+    (lambda f: (f / "train_metrics.json").unlink(), "train_metrics.json: missing"),
+], ids=["epochs disagree", "metrics cut short", "empty params", "another seed", "file missing"])
+def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, message):
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    damage(out / "alpha/seed-1337")
+    done = _study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"error: reports/study/alpha/seed-1337/{message}")
+    assert not (repo / "reports/study.md").exists()
+
+
+def test_report_failing_part_way_leaves_every_previous_output(repo, monkeypatch):
+    params = _folders(repo)
+    reports = repo / "reports"
+    readme = repo / "README.md"
+    readme.write_text(f"# r\n{study_report.README_BEGIN}\nold\n{study_report.README_END}\n")
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params), readme)
+    before = {p: p.read_bytes() for p in (readme, *(reports / name for name in OUTPUTS))}
+    shutil.rmtree(reports / "study/beta/seed-1")  # the study changes: every output would change with it
+    import matplotlib.figure
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)  # study.md is written before the figure
+    with pytest.raises(RnnlmError, match=r"cannot write .*study.png: No space left on device"):
+        study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params), readme)
+    assert {p: p.read_bytes() for p in before} == before  # study.md, the figure and the README still agree
+    assert not [p for p in repo.rglob(".*.tmp")]
+    monkeypatch.undo()
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params), readme)
+    assert (reports / "study.md").read_bytes() != before[reports / "study.md"]
+
+
+def test_collect_on_a_full_disk_says_so_and_keeps_the_folder_it_had(repo, monkeypatch):
+    out = repo / "reports/study"
+    _experiment(repo, "newer-alpha", "alpha", 1.0, 2.30, "2026-02-01T10:00:00+00:00")
+    _collected_from_an_older_run(repo, out)
+    before = {p: p.read_bytes() for p in (out / "alpha/seed-1337").iterdir()}
+    real_write = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name == "metrics.json" and ".partial" in str(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(RnnlmError, match=r"cannot write .*alpha/seed-1337: No space left on device"):
+        study_collect.collect(repo, out)
+    assert {p: p.read_bytes() for p in (out / "alpha/seed-1337").iterdir()} == before
+    assert sorted(p.name for p in (out / "alpha").iterdir()) == ["seed-1337"]  # no .partial to commit by mistake

@@ -1,130 +1,195 @@
-"""The study's claims judged from run folders: each verdict follows its rule, both ways."""
+"""The study's claims judged against the spread over seeds: every rule (sign, band, tolerance, best
+epoch) on synthetic runs of known spread, a difference inside the noise inconclusive, a clear one
+supported or contradicted, both ways; and the interval arithmetic itself against its formulas."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import math
+import statistics
 
+import pandas as pd
 import pytest
-import yaml
+from scipy import stats
 
 from rnnlm.reporting import study_findings as sf
-from rnnlm.reporting.study_report import StudyRun, load_runs
+from rnnlm.reporting import study_stats as st
+from rnnlm.reporting.study_table import FIGURES
 
-SIZES = {"alpha": (64, 128, 1), "beta": (128, 256, 2), "gamma": (256, 512, 3)}
-
-
-def make_run(root: Path, model: str, *, tokens: str = "char", cell: str = "gru", size: str = "alpha",
-             parameters: int = 1000, stateful: float = 2.4, stateless: float = 3.7, bigram: float = 3.6,
-             horizon: int | None = 8, chars_per_token: float = 1.0, first_epoch: dict | None = None,
-             val_losses: tuple[float, ...] = (1.8, 1.7), val_loss: float = 1.7, best_val_loss: float = 1.7) -> StudyRun:
-    """A study folder as `collect` writes it, with only what the findings read."""
-    folder = root / model
-    folder.mkdir(parents=True)
-    embd, hidden, layers = SIZES[size]
-    entry = {"tokens": tokens, "cell": cell, "embd": embd, "hidden": hidden, "layers": layers, "epochs": len(val_losses)}
-    (folder / "params.yaml").write_text(yaml.safe_dump({"model": model, "models": {model: entry}}))
-    rows = "".join(f"{e}\t{2.0 - 0.1 * e}\t{v}\n" for e, v in enumerate(val_losses, 1))
-    (folder / "epochs.tsv").write_text("epoch\ttrain_loss\tval_loss\n" + rows)
-    tokens_scored = 10_000
-    per_token = 0.6931471805599453 * chars_per_token  # nats per token for one bit per character
-    metrics = {"model": model, "stateful_bpc": stateful, "stateless_bpc": stateless, "bigram_bpc": bigram,
-               "context_horizon": horizon, "val_tokens": tokens_scored, "val_chars": round(tokens_scored * chars_per_token),
-               "reset_curve_nats_per_token": {"1": stateless * per_token, "never": stateful * per_token},
-               "text": {"stateless": {"known_word_share": 0.5}}, "first_epoch": first_epoch}
-    train = {"model": model, "parameters": parameters, "val_loss": val_loss, "best_val_loss": best_val_loss}
-    for name, value in (("metrics.json", metrics), ("train_metrics.json", train), ("provenance.json", {})):
-        (folder / name).write_text(json.dumps(value))
-    return next(r for r in load_runs(root) if r.model == model)
+OFFSETS = (-1.2, -0.5, 0.0, 0.5, 1.2)  # five seeds' deviations from the mean, in units of the spread
+SHAPES = {"alpha": ("gru", 64, 128, 1), "beta": ("gru", 128, 256, 2), "gamma": ("gru", 256, 512, 3)}
 
 
-def test_a_stateless_gru_near_its_bigram_floor_supports_claim_1(tmp_path):
-    runs = [make_run(tmp_path, "astra_alpha", stateless=3.75, bigram=3.59),
-            make_run(tmp_path, "scribe_alpha", tokens="sentencepiece", stateless=2.6, bigram=2.62)]
-    finding = sf.stateless_is_a_bigram(runs)
-    assert finding.verdict == sf.SUPPORTED and "+0.160" in "\n".join(finding.table)
-    runs.append(make_run(tmp_path, "astra_beta", stateless=3.0, bigram=3.59))  # far below the floor: memory
-    assert sf.stateless_is_a_bigram(runs).verdict == sf.MIXED
-    lstm = make_run(tmp_path, "leviathan", cell="lstm", stateless=2.0, bigram=3.59)  # not a GRU: not judged
-    assert sf.stateless_is_a_bigram(runs[:2] + [lstm]).verdict == sf.SUPPORTED
+def seeds(mean: float, spread: float, n: int = 5) -> list[float]:
+    return [mean + spread * z for z in OFFSETS[:n]]
 
 
-def _family(root: Path, gaps: tuple[float, ...], horizons: tuple, tokens: str = "char", prefix: str = "astra"):
-    return [make_run(root, f"{prefix}_{size}", tokens=tokens, size=size, parameters=10 ** (i + 3),
-                     stateful=3.6 - gap, stateless=3.6, horizon=horizon)
-            for i, (size, gap, horizon) in enumerate(zip(SIZES, gaps, horizons))]
+def frame_of(models: dict[str, dict[str, list[float]]], tokens: dict[str, str] | None = None,
+             cells: dict[str, str] | None = None) -> pd.DataFrame:
+    """A table of runs as `runs_frame` gives it: per model, each figure's value per seed (figures not
+    given: a plausible constant)."""
+    rows = []
+    for i, (model, figures) in enumerate(models.items()):
+        n = len(next(iter(figures.values())))
+        for k in range(n):
+            row = {name: 1.0 for name in FIGURES}
+            row.update({"parameters": 10.0 ** (i + 3), "steps": 2000.0, "epochs": 10.0, "bigram_bpc": 3.6,
+                        "stateless_minus_bigram_bpc": 0.1, "log2_context_horizon": 3.0, "context_horizon": 8.0})
+            row.update({name: values[k] for name, values in figures.items()})
+            rows.append({"model": model, "seed": k + 1, "tokens": (tokens or {}).get(model, "char"),
+                         "cell": (cells or {}).get(model, "gru"), "machine": "cpu: Test", "gemm": "mkl",
+                         "source": "test", **row})
+    return pd.DataFrame(rows)
 
 
-def test_claim_2_asks_the_gap_to_rise_and_the_horizon_not_to_fall(tmp_path):
-    assert sf.sensitivity_grows_with_capacity(_family(tmp_path / "a", (1.0, 1.2, 1.4), (8, 16, 16))).verdict == sf.SUPPORTED
-    assert sf.sensitivity_grows_with_capacity(_family(tmp_path / "b", (1.0, 1.2, 1.4), (16, 8, 8))).verdict == sf.MIXED
-    assert sf.sensitivity_grows_with_capacity(_family(tmp_path / "c", (1.4, 1.2, 1.0), (16, 8, 8))).verdict == sf.NOT_SUPPORTED
-    # a missing horizon: judged on the gap alone, and said so
-    finding = sf.sensitivity_grows_with_capacity(_family(tmp_path / "d", (1.0, 1.2, 1.4), (8, 16, None)))
-    assert finding.verdict == sf.SUPPORTED and "judged on the gap alone" in finding.insight
-    # two families that disagree: mixed
-    both = _family(tmp_path / "e", (1.0, 1.2, 1.4), (8, 16, 16)) + _family(
-        tmp_path / "e", (0.6, 0.5, 0.4), (16, 8, 8), tokens="sentencepiece", prefix="scribe")
-    assert sf.sensitivity_grows_with_capacity(both).verdict == sf.MIXED
+# ---------------------------------------------------------------------------------------------
+# The intervals and the rules
 
 
-def test_claim_3_pairs_models_by_their_sizes_and_compares_bits_per_character(tmp_path):
-    astra = make_run(tmp_path, "astra_beta", size="beta", stateful=2.1, stateless=3.6)
-    scribe = make_run(tmp_path, "scribe_alpha", tokens="sentencepiece", size="beta", stateful=2.1, stateless=2.8,
-                      chars_per_token=2.5)
-    other = make_run(tmp_path, "scribe_gamma", tokens="sentencepiece", size="gamma", stateless=9.0)  # no Astra of its size
-    finding = sf.subwords_amplify_the_failure([astra, scribe, other])
-    assert finding.verdict == sf.NOT_SUPPORTED
-    assert "2.50" in "\n".join(finding.table) and "scribe_gamma" not in "\n".join(finding.table)
-    worse = make_run(tmp_path / "w", "scribe_alpha", tokens="sentencepiece", size="beta", stateful=2.1, stateless=3.9)
-    assert sf.subwords_amplify_the_failure([astra, worse]).verdict == sf.SUPPORTED
-    assert sf.subwords_amplify_the_failure([astra]).verdict == sf.NOT_MEASURED
+def test_the_t_interval_is_students():
+    values = seeds(2.0, 0.01)
+    interval = st.t_interval(values)
+    half = stats.t.ppf(0.975, 4) * statistics.stdev(values) / math.sqrt(5)
+    assert interval.estimate == pytest.approx(2.0) and interval.half_width == pytest.approx(half)
+    assert interval.n == 5 and not interval.one_run
 
 
-def test_claim_4_needs_the_first_epochs_scores(tmp_path):
-    kept = make_run(tmp_path, "astra_alpha", stateless=3.7, first_epoch={"stateful_bpc": 2.9, "stateless_bpc": 3.8})
-    old = make_run(tmp_path, "astra_beta")
-    finding = sf.one_stateful_epoch_beats_stateless([kept, old])
-    assert finding.verdict == sf.SUPPORTED and "still to be measured: astra_beta" in finding.insight
-    assert sf.one_stateful_epoch_beats_stateless([old]).verdict == sf.NOT_MEASURED
-    assert "Here the inference mode is worth more" in finding.insight
-    slow = make_run(tmp_path, "rnn_alpha", stateless=3.7, first_epoch={"stateful_bpc": 3.9, "stateless_bpc": 4.0})
-    mixed = sf.one_stateful_epoch_beats_stateless([kept, slow])
-    assert mixed.verdict == sf.MIXED
-    assert "beat the final weights without it by 0.800 bits per character (astra_alpha)" in mixed.insight
-    assert "They do not for rnn_alpha (+0.200 bits, epochs of — steps)" in mixed.insight and "worth more" not in mixed.insight
+def test_welch_and_paired_intervals_follow_their_formulas():
+    a, b = seeds(1.5, 0.02), seeds(1.4, 0.01, n=4)
+    va, vb = statistics.variance(a) / 5, statistics.variance(b) / 4
+    df = (va + vb) ** 2 / (va ** 2 / 4 + vb ** 2 / 3)
+    interval = st.welch(a, b)
+    assert interval.estimate == pytest.approx(statistics.fmean(a) - statistics.fmean(b)) and interval.n == 4
+    assert interval.half_width == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
+    before, after = [1.0, 2.0, 3.0], [0.9, 1.8, 2.95]
+    assert st.paired(before, after).estimate == pytest.approx(statistics.fmean([0.1, 0.2, 0.05]))
+    assert st.paired(before, after).half_width < st.welch(before, after).half_width  # pairing removes the runs' spread
 
 
-def test_claim_5_reads_leviathans_epoch_curve(tmp_path):
-    early = make_run(tmp_path / "a", "leviathan", cell="lstm", val_losses=(1.53, 1.48, 1.50, 1.55, 1.59))
-    assert sf.leviathan_overfits_early([early]).verdict == sf.SUPPORTED
-    late = make_run(tmp_path / "b", "leviathan", cell="lstm", val_losses=(1.60, 1.55, 1.52, 1.50, 1.49))
-    assert sf.leviathan_overfits_early([late]).verdict == sf.NOT_SUPPORTED
-    flat = make_run(tmp_path / "c", "leviathan", cell="lstm", val_losses=(1.55, 1.50, 1.51, 1.51, 1.51))
-    assert sf.leviathan_overfits_early([flat]).verdict == sf.MIXED  # best early, but no real rise after
-    assert sf.leviathan_overfits_early([]).verdict == sf.NOT_MEASURED
+def test_one_run_has_no_interval_and_decides_nothing():
+    one = st.t_interval([1.3])
+    assert one.one_run and one.half_width == 0
+    assert st.sign_verdict(one) == st.band_verdict(one, -1, 1) == "inconclusive at n = 1"
+    assert st.welch([1.0], seeds(0.5, 0.01)).n == 1
+    assert st.t_interval([2.0, 2.0, 2.0]).half_width == 0  # no spread at all: the value, decided
 
 
-def test_claim_6_compares_last_or_best_validation_loss_with_the_studys(tmp_path):
-    runs = [make_run(tmp_path, "astra_alpha", val_loss=1.68), make_run(tmp_path, "astra_beta", val_loss=1.47),
-            make_run(tmp_path, "astra_gamma", val_loss=1.50, best_val_loss=1.42)]
-    finding = sf.validation_loss_matches_the_study(runs)
-    assert finding.verdict == sf.SUPPORTED and "best 1.420" in "\n".join(finding.table)  # γ: the best epoch's
-    assert "holds" in finding.insight
-    runs[2] = make_run(tmp_path / "x", "astra_gamma", val_loss=1.50, best_val_loss=1.48)
-    assert sf.validation_loss_matches_the_study(runs).verdict == sf.MIXED
+@pytest.mark.parametrize("mean, expected", [(0.05, st.SUPPORTED), (-0.05, st.CONTRADICTED),
+                                            (0.002, "inconclusive at n = 5")])
+def test_the_sign_rule_both_ways_and_inside_the_noise(mean, expected):
+    assert st.sign_verdict(st.t_interval(seeds(mean, 0.01))) == expected
 
 
-def test_the_findings_section_names_every_claim_and_its_verdict(tmp_path):
-    runs = _family(tmp_path, (1.0, 1.2, 1.4), (8, 16, 16))
-    lines = sf.findings_markdown(runs)
-    assert lines[0] == "## Findings"
-    assert [line.split(".")[0] for line in lines if line.startswith("### ")] == [f"### {n}" for n in range(1, 7)]
-    assert sum(line.startswith("**Verdict: ") for line in lines) == 6
-    verdicts = sf.verdict_lines(runs, "reports/study.md")
-    assert verdicts[1].startswith("2. **supported**") and verdicts[4].startswith("5. **not measured yet**")
+@pytest.mark.parametrize("mean, expected", [(0.1, st.SUPPORTED), (0.4, st.CONTRADICTED), (-0.2, st.CONTRADICTED),
+                                            (0.245, "inconclusive at n = 5")])
+def test_the_band_rule_inside_outside_and_on_the_edge(mean, expected):
+    assert st.band_verdict(st.t_interval(seeds(mean, 0.01)), -0.05, 0.25) == expected
 
 
-@pytest.mark.parametrize("claim", sf.CLAIMS, ids=lambda c: c.__name__)
-def test_no_runs_means_not_measured_never_a_verdict(claim):
-    assert claim([]).verdict == sf.NOT_MEASURED
+def test_a_claim_combines_its_comparisons():
+    assert st.combine([st.SUPPORTED, st.SUPPORTED]) == st.SUPPORTED
+    assert st.combine([st.CONTRADICTED] * 2) == st.CONTRADICTED
+    assert st.combine([st.SUPPORTED, "inconclusive at n = 5", st.CONTRADICTED]) == st.MIXED
+    assert st.combine([st.SUPPORTED, "inconclusive at n = 5", "inconclusive at n = 1"]) == "inconclusive at n = 1"
+    assert st.combine([st.SUPPORTED, st.NOT_MEASURED]) == st.SUPPORTED
+    assert st.combine([st.NOT_MEASURED]) == st.combine([]) == st.NOT_MEASURED
+
+
+def test_seeds_needed_is_the_first_n_whose_interval_clears_the_difference():
+    n = st.seeds_needed(0.01, 0.01)
+    assert stats.t.ppf(0.975, n - 1) * 0.01 / math.sqrt(n) < 0.01 <= stats.t.ppf(0.975, n - 2) * 0.01 / math.sqrt(n - 1)
+    assert st.seeds_needed(0.01, 0.01, models=2) > n  # two models' spreads add up
+    assert st.seeds_needed(0.0, 0.01) is None and st.seeds_needed(0.01, 0.0) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Each claim's rule on synthetic runs
+
+
+def test_claim_1_band_supported_contradicted_and_on_the_edge():
+    near = frame_of({"astra_alpha": {"stateless_minus_bigram_bpc": seeds(0.10, 0.01)}})
+    assert sf.stateless_is_a_bigram(near).verdict == st.SUPPORTED
+    far = frame_of({"astra_alpha": {"stateless_minus_bigram_bpc": seeds(0.60, 0.01)}})
+    assert sf.stateless_is_a_bigram(far).verdict == st.CONTRADICTED
+    edge = frame_of({"astra_alpha": {"stateless_minus_bigram_bpc": seeds(0.24, 0.02)}})
+    assert sf.stateless_is_a_bigram(edge).verdict == "inconclusive at n = 5"
+    lstm = frame_of({"astra_alpha": {"stateless_minus_bigram_bpc": seeds(0.10, 0.01)},
+                     "leviathan": {"stateless_minus_bigram_bpc": seeds(0.9, 0.01)}}, cells={"leviathan": "lstm"})
+    assert sf.stateless_is_a_bigram(lstm).verdict == st.SUPPORTED  # only GRUs are judged
+
+
+def _astra(gaps: tuple[float, float], spread: float, horizons=(3.0, 4.0), n: int = 5) -> pd.DataFrame:
+    return frame_of({f"astra_{size}": {"gap_bpc": seeds(gap, spread, n), "log2_context_horizon": [h] * n}
+                     for size, gap, h in zip(("alpha", "beta"), gaps, horizons)})
+
+
+def test_claim_2_welch_sign_both_ways_and_inside_the_noise():
+    assert sf.sensitivity_grows_with_capacity(_astra((1.35, 1.53), 0.005)).verdict == st.SUPPORTED
+    assert sf.sensitivity_grows_with_capacity(_astra((1.53, 1.35), 0.005, horizons=(4.0, 3.0))).verdict == st.CONTRADICTED
+    noisy = sf.sensitivity_grows_with_capacity(_astra((1.520, 1.529), 0.008))  # claim 2's 0.009 inside a seed spread
+    assert noisy.verdict == "inconclusive at n = 5"
+    assert noisy.comparisons[0].needed > 5  # more seeds would be needed to decide it
+    mixed = sf.sensitivity_grows_with_capacity(_astra((1.35, 1.53), 0.005, horizons=(4.0, 3.0)))
+    assert mixed.verdict == st.MIXED  # the gap rises, the horizon falls
+    one = sf.sensitivity_grows_with_capacity(_astra((1.35, 1.53), 0.005, n=1))
+    assert one.verdict == "inconclusive at n = 1" and "| 1 |" in one.comparisons[0].row()
+
+
+def test_claim_3_pairs_the_two_tokenizations_of_one_shape():
+    frame = frame_of({"scribe_alpha": {"gap_bpc": seeds(0.64, 0.01)}, "astra_beta": {"gap_bpc": seeds(1.53, 0.01)}},
+                     tokens={"scribe_alpha": "sentencepiece"})
+    shapes = {"scribe_alpha": SHAPES["beta"], "astra_beta": SHAPES["beta"]}
+    finding = sf.subwords_amplify_the_failure(frame, shapes)
+    assert finding.verdict == st.CONTRADICTED and "scribe_alpha − astra_beta" in finding.comparisons[0].label
+    assert sf.subwords_amplify_the_failure(frame, {"scribe_alpha": SHAPES["alpha"],
+                                                   "astra_beta": SHAPES["beta"]}).verdict == st.NOT_MEASURED
+
+
+def test_claim_4_is_paired_within_each_run():
+    runs_spread = seeds(3.7, 0.05)  # the runs differ a lot; each run's two figures differ by a steady 0.03
+    frame = frame_of({"astra_alpha": {"stateless_bpc": runs_spread,
+                                      "first_epoch_stateful_bpc": [v - 0.03 + 0.001 * z for v, z in
+                                                                   zip(runs_spread, OFFSETS)]}})
+    assert sf.one_stateful_epoch_beats_stateless(frame).verdict == st.SUPPORTED
+    frame["first_epoch_stateful_bpc"] = frame["stateless_bpc"] + 0.03
+    assert sf.one_stateful_epoch_beats_stateless(frame).verdict == st.CONTRADICTED
+
+
+def test_claim_5_best_epoch_of_every_seed_and_the_rise_after_it():
+    overfit = frame_of({"leviathan": {"best_epoch": [2, 2, 3, 2, 2], "last_minus_best_val_loss": seeds(0.11, 0.01)}},
+                       cells={"leviathan": "lstm"})
+    assert sf.leviathan_overfits_early(overfit).verdict == st.SUPPORTED
+    late = frame_of({"leviathan": {"best_epoch": [6, 6, 5, 6, 6], "last_minus_best_val_loss": seeds(0.001, 0.0005)}})
+    assert sf.leviathan_overfits_early(late).verdict == st.CONTRADICTED
+    split = frame_of({"leviathan": {"best_epoch": [2, 5, 3, 6, 2], "last_minus_best_val_loss": seeds(0.03, 0.02)}})
+    assert sf.leviathan_overfits_early(split).verdict == "inconclusive at n = 5"
+    one = frame_of({"leviathan": {"best_epoch": [2], "last_minus_best_val_loss": [0.11]}})
+    assert sf.leviathan_overfits_early(one).verdict == "inconclusive at n = 1"
+    assert sf.leviathan_overfits_early(frame_of({"astra_alpha": {"gap_bpc": [1.0]}})).verdict == st.NOT_MEASURED
+
+
+def test_claim_6_tolerance_with_the_studys_estimator():
+    close = frame_of({"astra_alpha": {"val_batch_loss": seeds(1.71, 0.01)}})
+    assert sf.validation_loss_matches_the_study(close).verdict == st.SUPPORTED
+    far = frame_of({"astra_alpha": {"val_batch_loss": seeds(1.60, 0.01)}})
+    assert sf.validation_loss_matches_the_study(far).verdict == st.CONTRADICTED
+    noisy = frame_of({"astra_alpha": {"val_batch_loss": seeds(1.74, 0.03)}})
+    assert sf.validation_loss_matches_the_study(noisy).verdict == "inconclusive at n = 5"
+    best = frame_of({"astra_gamma": {"best_val_batch_loss": seeds(1.40, 0.005), "val_batch_loss": seeds(1.6, 0.01)}})
+    assert sf.validation_loss_matches_the_study(best).verdict == st.SUPPORTED  # γ is judged on its best epoch
+
+
+def test_claim_6_leaves_out_runs_trained_before_the_column_and_says_so():
+    frame = frame_of({"astra_alpha": {"val_batch_loss": [math.nan, *seeds(1.71, 0.01, 4)]}})
+    comparison = sf.validation_loss_matches_the_study(frame).comparisons[0]
+    assert comparison.interval.n == 4 and "1 run trained before the one-batch column left out" in comparison.row()
+    old = frame_of({"astra_alpha": {"val_batch_loss": [math.nan]}})
+    assert sf.validation_loss_matches_the_study(old).verdict == st.NOT_MEASURED
+
+
+def test_every_finding_prints_rule_n_and_half_width():
+    frame = _astra((1.35, 1.53), 0.005)
+    text = "\n".join(sf.findings_markdown(sf.findings(frame, {m: SHAPES["alpha"] for m in frame["model"]})))
+    assert "**Verdict: supported.** Rule: within each family" in text
+    row = next(line for line in text.splitlines() if line.startswith("| gap: astra_beta − astra_alpha"))
+    half = st.welch(seeds(1.53, 0.005), seeds(1.35, 0.005)).half_width
+    assert f"| +0.180 | {half:.3f} | 5 | > 0 | supported |" in row

@@ -50,14 +50,14 @@ def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
     run(["dvc", "exp", "pull", "origin", "astra_alpha-run", "rnn_alpha-run"], collector)
     env = {"PYTHONPATH": str(REPO_ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     said = run([sys.executable, "-m", "rnnlm.study", "collect"], collector, env=env).stdout
-    assert "astra_alpha: wrote" in said and "rnn_alpha: wrote" in said
+    assert "astra_alpha seed 1337: wrote" in said and "rnn_alpha seed 1337: wrote" in said
     for model in ("astra_alpha", "rnn_alpha"):
-        provenance = json.loads((collector / f"reports/study/{model}/provenance.json").read_text())
+        provenance = json.loads((collector / f"reports/study/{model}/seed-1337/provenance.json").read_text())
         assert provenance["experiment"] == f"{model}-run" and provenance["device"] == "cpu"
-        metrics = json.loads((collector / f"reports/study/{model}/metrics.json").read_text())
+        metrics = json.loads((collector / f"reports/study/{model}/seed-1337/metrics.json").read_text())
         assert metrics["model"] == model and metrics["stateful_bpc"] > 0
     run([sys.executable, "-m", "rnnlm.study", "report", "--readme", ""], collector, env=env)
     table = (collector / "reports/study.md").read_text()
-    assert "[astra_alpha](study/astra_alpha/generations.md)" in table
-    assert "[rnn_alpha](study/rnn_alpha/generations.md)" in table
+    assert "[astra_alpha](study/astra_alpha/seed-1337/generations.md)" in table
+    assert "[rnn_alpha](study/rnn_alpha/seed-1337/generations.md)" in table
     assert "experiment astra_alpha-run" in table and "experiment rnn_alpha-run" in table

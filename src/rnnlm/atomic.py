@@ -119,8 +119,8 @@ class AtomicFiles:
             for tmp, _ in self._pending:
                 _remove(tmp)
         if isinstance(error, OSError) and error.errno in NO_SPACE:
-            raise no_space(error, next((d for t, d in self._pending if error.filename in (str(t), t)),
-                                       error.filename or "an output")) from error
+            named = [d for t, d in self._pending if error.filename in (str(t), t)]
+            raise no_space(error, named[0] if named else self._pending[-1][1] if self._pending else "an output") from error
 
 
 def write_bytes_atomic(dest: str | os.PathLike[str], data: bytes) -> None:

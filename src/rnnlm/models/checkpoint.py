@@ -11,6 +11,7 @@ given tokenizer and is the given model; each failure is one clear `CheckpointErr
 from __future__ import annotations
 
 import io
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,8 +87,21 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
     # torch.save names the archive inside the file after the file, and the temporary file has a
     # random name: serialising to memory first keeps equal checkpoints byte-identical.
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    torch.save(_interned(payload), buffer)
     write_bytes_atomic(path, buffer.getvalue())
+
+
+def _interned(value: Any) -> Any:
+    """`value` with every string interned. Pickle writes a string once per distinct object, so a
+    state loaded back from a resume file (its strings each a fresh object) would otherwise give
+    other bytes than the same state built in one run."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {_interned(k): _interned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_interned(v) for v in value)
+    return value
 
 
 def load_checkpoint(

@@ -1,17 +1,24 @@
-"""`collect`: each model's newest finished run, copied from git into `reports/study/<model>/`.
+"""`collect`: every (model, seed)'s newest finished run, copied from git into `reports/study/`.
 
 A run is a commit that holds a trained model's reports: a DVC experiment (a commit under
 `refs/exps/`, made by `dvc exp run` here or fetched from another machine by `dvc exp pull`), or a
 commit of the current branch whose `reports/train/metrics.json` changed (a `dvc repro` that was
-committed). Its model and `train.steps_scale` are read from the run's own params.yaml.
+committed). Its model, seed and `train.steps_scale` are read from the run's own params.yaml.
 
-For each model the newest run (by commit date) is copied, file by file, from the commit into its
-folder (`FOLDER`: the params, the training metrics and curves, the evaluation, both reports of the
-samples), with a `provenance.json`: the run's commit and experiment name, the commit it was run
-from, its date, device, processor, GEMM and training seconds, its steps scale, and what wrote it.
-Runs at `train.steps_scale` 1 (full scale) go to `reports/study/<model>/`; others (quick runs) to
-`reports/study/quick/<model>/`, so a quick run never replaces a full one. A folder is replaced only
-by a newer run than the one it holds; each is written whole into a temporary folder and renamed.
+For each (model, seed) the newest run (by commit date) is copied, file by file, from the commit into
+its folder (`FOLDER`: the params, the training metrics and curves, the evaluation, both reports of
+the samples), with a `provenance.json`: the run's commit and experiment name, the commit it was run
+from, its date, seed, device, processor, GEMM and training seconds, its steps scale, and what wrote
+it. Runs at `train.steps_scale` 1 (full scale) go to `reports/study/<model>/seed-<seed>/`, one
+folder per seed, so one seed's run never replaces another's; others (quick runs) to
+`reports/study/quick/<model>/`, the newest whatever its seed, so a quick run never replaces a full
+one. A folder is replaced only by a newer run than the one it holds.
+
+A folder is written whole as `.<name>.partial` (its provenance.json last), then swapped in: the
+old folder renamed to `.<name>.old`, the new one to `<name>`, the old one removed. A kill between
+the two renames leaves `<name>` missing; the next `collect` mends that first (`mend`: the old folder
+goes back, then the new one is written again) and removes every `.partial`/`.old` leftover, and
+`report` refuses to run while one is there.
 
 Everything is read with git (`git for-each-ref`, `git show`), so the experiments need not be in
 the workspace: `dvc exp pull origin NAME` brings another machine's run here as a ref.
@@ -28,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from rnnlm.errors import RnnlmError
+from rnnlm.errors import NO_SPACE, RnnlmError, no_space
 
 FOLDER = {
     "params.yaml": "params.yaml",
@@ -62,6 +69,7 @@ class Run:
     baseline: str  # the commit the run was made from (the experiment's parent; the commit itself)
     date: str  # the commit's date, ISO 8601
     model: str
+    seed: int
     steps_scale: float
 
     @property
@@ -69,7 +77,17 @@ class Run:
         return self.steps_scale == 1.0
 
     def folder(self, out: Path) -> Path:
-        return out / self.model if self.full else out / QUICK / self.model
+        return out / self.model / seed_folder_name(self.seed) if self.full else out / QUICK / self.model
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        """What one study folder holds: a (model, seed) at full scale; a model's newest quick run."""
+        return (self.model, self.seed) if self.full else (self.model, None)
+
+
+def seed_folder_name(seed: int) -> str:
+    """The folder of one seed's full-scale run inside its model's folder."""
+    return f"seed-{seed}"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -94,7 +112,8 @@ def _run(repo: Path, rev: str, experiment: str | None, baseline: str, date: str)
     model = params.get("model")
     if not model or train.get("model") != model:  # reports of another model than the params select
         return None
-    return Run(rev, experiment, baseline, date, model, float(params.get("train", {}).get("steps_scale", 1.0)))
+    return Run(rev, experiment, baseline, date, model, int(params.get("seed", 0)),
+               float(params.get("train", {}).get("steps_scale", 1.0)))
 
 
 def find_runs(repo: Path) -> list[Run]:
@@ -119,15 +138,14 @@ def find_runs(repo: Path) -> list[Run]:
     return runs
 
 
-def newest(runs: list[Run]) -> dict[tuple[str, bool], Run]:
-    """The newest run per (model, full scale or not); a tie in date goes to an experiment, then to
+def newest(runs: list[Run]) -> dict[tuple[str, int | None], Run]:
+    """The newest run per study folder (`Run.key`); a tie in date goes to an experiment, then to
     the larger commit id (so the choice never depends on the order git lists them in)."""
-    chosen: dict[tuple[str, bool], Run] = {}
+    chosen: dict[tuple[str, int | None], Run] = {}
     for run in runs:
-        key = (run.model, run.full)
-        best = chosen.get(key)
+        best = chosen.get(run.key)
         if best is None or _order(run) > _order(best):
-            chosen[key] = run
+            chosen[run.key] = run
     return chosen
 
 
@@ -139,6 +157,7 @@ def provenance(repo: Path, run: Run) -> dict[str, object]:
     train = json.loads(_show(repo, run.rev, FOLDER["train_metrics.json"]) or "{}")
     return {
         "model": run.model,
+        "seed": run.seed,
         "steps_scale": run.steps_scale,
         "experiment": run.experiment,
         "rev": run.rev,
@@ -157,35 +176,73 @@ def _held(folder: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def _partial(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.partial")
+
+
+def _old(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.old")
+
+
+def leftovers(out: Path) -> list[Path]:
+    """The `.partial`/`.old` folders an interrupted `collect` left under `out`."""
+    return sorted(p for pattern in (".*.partial", ".*.old") for p in out.rglob(pattern) if p.is_dir())
+
+
+def mend(out: Path) -> list[str]:
+    """Undo what an interrupted `collect` left under `out`: a folder whose swap stopped half-way gets
+    its old contents back; every `.partial`/`.old` leftover is removed. Returns what was done."""
+    said = []
+    for leftover in leftovers(out):
+        name = leftover.name[1:].rsplit(".", 1)[0]
+        folder = leftover.with_name(name)
+        if leftover.name.endswith(".old") and not folder.exists():
+            leftover.rename(folder)
+            said.append(f"{folder}: put back the run an interrupted collect had moved aside")
+        else:
+            shutil.rmtree(leftover)
+            said.append(f"{leftover}: removed (left by an interrupted collect)")
+    return said
+
+
 def write_folder(repo: Path, run: Run, folder: Path) -> None:
-    """The run's files and provenance, written whole into a temporary folder, then put in place."""
-    partial = folder.with_name(f".{folder.name}.partial")
+    """The run's files and provenance, written whole into `.<name>.partial`, then swapped in (see
+    the module docstring)."""
+    partial, old = _partial(folder), _old(folder)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name, path in FOLDER.items():
-        text = _show(repo, run.rev, path)
-        if text is not None:  # runs evaluated before the context curve existed have none
-            (partial / name).write_text(text, encoding="utf-8")
-    (partial / "provenance.json").write_text(json.dumps(provenance(repo, run), indent=2) + "\n", encoding="utf-8")
-    old = folder.with_name(f".{folder.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        for name, path in FOLDER.items():
+            text = _show(repo, run.rev, path)
+            if text is not None:  # runs evaluated before the context curve existed have none
+                (partial / name).write_text(text, encoding="utf-8")
+        (partial / "provenance.json").write_text(json.dumps(provenance(repo, run), indent=2) + "\n",
+                                                 encoding="utf-8")
+    except BaseException as error:
+        shutil.rmtree(partial, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in NO_SPACE:
+            raise no_space(error, folder) from error
+        raise
     if folder.exists():
         folder.rename(old)
-    partial.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
+        partial.rename(folder)
+        shutil.rmtree(old)
+    else:
+        partial.rename(folder)
 
 
 def collect(repo: str | Path = ".", out: str | Path = "reports/study") -> list[str]:
-    """Write each model's newest run into its study folder; returns one line per model saying what
-    was done."""
+    """Write each (model, seed)'s newest run into its study folder, after mending what an interrupted
+    collect left; returns one line per folder saying what was done."""
     repo, out = Path(repo), Path(out)
     if not (repo / ".git").exists():
         raise CollectError(f"{repo}: not a git repository; expected the root of a clone of this project")
-    said = []
-    for (model, full), run in sorted(newest(find_runs(repo)).items()):
+    said = mend(out) if out.is_dir() else []
+    for _, run in sorted(newest(find_runs(repo)).items(), key=lambda item: (item[0][0], item[0][1] is None,
+                                                                            item[0][1] or 0)):
         folder = run.folder(out)
         held = _held(folder)
-        label = f"{model}{'' if full else f' (quick, steps scale {run.steps_scale:g})'}"
+        label = f"{run.model} seed {run.seed}" if run.full else f"{run.model} (quick, steps scale {run.steps_scale:g})"
         source = run.experiment or f"commit {run.rev[:7]}"
         if held is not None and held.get("rev") == run.rev:
             said.append(f"{label}: up to date ({source})")

@@ -1,31 +1,51 @@
-"""`run`: the whole study as one queue of DVC experiments, one model after another.
+"""`run`: the whole study as one queue of DVC experiments, one (model, seed) after another.
 
-`run` queues one experiment per model (`dvc exp run --queue -S model=NAME -S train.steps_scale=S`)
+A model's seeds are params.yaml's pinned `seed` first, then 1, 2, 3, ...: `--seeds 5` asks for
+five. `run` queues one experiment per (model, seed) the study does not hold yet (not collected in
+`reports/study/<model>/seed-<seed>/`, not finished as an experiment under refs/exps/, not already
+queued or running):
+
+    dvc exp run --queue -n <model>-seed<seed> -S model=<model> -S seed=<seed> -S train.steps_scale=<s>
+
 and starts the queue with one worker (`dvc queue start`), unless a worker is already running: the
-models train one after another, each with every core. `--wait` follows the queue until it is empty.
+runs train one after another, each with every core. `--wait` follows the queue until it is empty.
 Each finished experiment is a commit under refs/exps/, which `rnnlm.reporting.study_collect` reads.
+An interrupted run resumes when it is queued again: its resume file lies in the main repository
+(or under $RNNLM_RESUME_DIR, which the worker must have in its environment), not in DVC's temporary
+workspace (`rnnlm.training.resume`).
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
+from rnnlm.reporting.study_collect import find_runs, seed_folder_name
 
 
 class StudyError(RnnlmError):
     """The study cannot be queued (DVC refused, an unknown model)."""
 
 
-def queue_commands(models: Sequence[str], steps_scale: float) -> list[list[str]]:
-    """The `dvc exp run --queue` command of each model."""
-    return [
-        ["dvc", "exp", "run", "--queue", "-S", f"model={name}", "-S", f"train.steps_scale={steps_scale:g}"]
-        for name in models
-    ]
+def seeds_wanted(pinned: int, count: int) -> list[int]:
+    """The first `count` seeds of a model: the pinned one, then 1, 2, 3, ... (skipping the pinned)."""
+    others = (s for s in range(1, count + 1) if s != pinned)
+    return [pinned, *others][:count]
+
+
+def experiment_name(model: str, seed: int, steps_scale: float) -> str:
+    """The experiment's name: model and seed, and the scale when it is not full."""
+    return f"{model}-seed{seed}" + ("" if steps_scale == 1.0 else f"-scale{steps_scale:g}")
+
+
+def queue_command(model: str, seed: int, steps_scale: float) -> list[str]:
+    """The `dvc exp run --queue` command of one (model, seed) run."""
+    return ["dvc", "exp", "run", "--queue", "-n", experiment_name(model, seed, steps_scale), "-S", f"model={model}",
+            "-S", f"seed={seed}", "-S", f"train.steps_scale={steps_scale:g}"]
 
 
 def _dvc(command: list[str]) -> str:
@@ -34,6 +54,16 @@ def _dvc(command: list[str]) -> str:
         last = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
         raise StudyError(f"{' '.join(command)} failed: {last}")
     return result.stdout
+
+
+def _queue_rows() -> list[tuple[str, str]]:
+    """(name, status) of each task `dvc queue status` lists."""
+    rows = []
+    for line in _dvc(["dvc", "queue", "status"]).splitlines()[1:]:
+        words = line.split()
+        if len(words) >= 3 and not line.startswith("Worker status:"):
+            rows.append((words[1], words[-1]))
+    return rows
 
 
 def _workers_running() -> bool:
@@ -48,23 +78,51 @@ def _workers_running() -> bool:
 
 def _queue_busy() -> bool:
     """True while `dvc queue status` lists a queued or running experiment."""
-    status = _dvc(["dvc", "queue", "status"])
-    return any(word in line for line in status.splitlines()[1:] for word in ("Queued", "Running"))
+    return any(status in ("Queued", "Running") for _, status in _queue_rows())
 
 
-def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str = "params.yaml") -> None:
-    known = load_params(params_path).models
-    unknown = [m for m in models if m not in known]
+def held_runs(repo: Path, study_dir: Path, steps_scale: float) -> set[tuple[str, int]]:
+    """The (model, seed) runs at `steps_scale` that are collected (full scale) or finished."""
+    held = {(run.model, run.seed) for run in find_runs(repo) if run.steps_scale == steps_scale}
+    if steps_scale == 1.0 and study_dir.is_dir():
+        for model in study_dir.iterdir():
+            for folder in model.glob("seed-*") if model.is_dir() else ():
+                seed = folder.name.removeprefix("seed-")
+                if folder.is_dir() and seed.isdigit() and folder.name == seed_folder_name(int(seed)):
+                    held.add((model.name, int(seed)))
+    return held
+
+
+def plan(models: Iterable[str], seeds: Sequence[int], held: set[tuple[str, int]], pending: set[str],
+         steps_scale: float) -> list[tuple[str, int]]:
+    """The (model, seed) runs to queue, model after model: those neither held nor pending by name."""
+    return [(m, s) for m in models for s in seeds
+            if (m, s) not in held and experiment_name(m, s, steps_scale) not in pending]
+
+
+def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str = "params.yaml", seeds: int = 1,
+        study_dir: Path = Path("reports/study")) -> list[tuple[str, int]]:
+    """Queue what `plan` gives and start a worker if none runs; returns the queued runs."""
+    params = load_params(params_path)
+    unknown = [m for m in models if m not in params.models]
     if unknown:
-        raise StudyError(f"--models {' '.join(unknown)}: not under models: in {params_path}; expected some of {', '.join(known)}")
-    for command in queue_commands(models, steps_scale):
+        raise StudyError(f"--models {' '.join(unknown)}: not under models: in {params_path}; expected some of "
+                         f"{', '.join(params.models)}")
+    pending = {name for name, status in _queue_rows() if status in ("Queued", "Running")}
+    todo = plan(models, seeds_wanted(params.seed, seeds), held_runs(Path("."), study_dir, steps_scale), pending,
+                steps_scale)
+    for model, seed in todo:
+        command = queue_command(model, seed, steps_scale)
         _dvc(command)
-        print("queued:", " ".join(command[3:]))
-    if _workers_running():
+        print("queued:", " ".join(command[4:]))
+    if not todo:
+        print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
+    elif _workers_running():
         print("a queue worker is already running; it will take these experiments in turn")
     else:
         # Not through a pipe: the worker DVC leaves running would hold it open, and we would wait on it.
-        started = subprocess.run(["dvc", "queue", "start", "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started = subprocess.run(["dvc", "queue", "start", "--jobs", "1"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         if started.returncode != 0:
             raise StudyError("dvc queue start failed; run it by hand to see why")
         print("queue started (one worker).")
@@ -72,3 +130,4 @@ def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str 
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     while wait and _queue_busy():
         time.sleep(30)
+    return todo

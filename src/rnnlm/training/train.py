@@ -282,12 +282,13 @@ def train(
         history.epochs.append({"step": len(history.steps), "epoch": epoch, "train_loss": statistics.fmean(losses),
                                "val_loss": val.mean, "lr": lr, "seconds": epoch_seconds,
                                "val_batch_loss": val_batch})
-        print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
-              f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
         if epoch == 1:
             run.keep_first_epoch()
         store.save(run.snapshot(epoch, history, seconds), entry.epochs)
         last_save = time.perf_counter()
+        # After the save: a line in the log means the epoch is done and kept.
+        print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
+              f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 

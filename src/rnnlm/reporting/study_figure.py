@@ -1,0 +1,91 @@
+"""reports/study.png: the study in one figure, each model's mean over its seeds with its 95% interval.
+
+In:  the `StudyRun`s in the study's order (`study_folders.in_study_order`) and the summary frame
+     (`study_table.summary_frame`).
+Out: a PNG of three panels: stateful and stateless bits per character per model with error bars,
+     the bigram floor marked; the state-reset curves; the context curves (as the excess over the
+     carried state); each curve the mean over seeds with a band for its interval (none for one seed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from rnnlm.reporting.study_folders import StudyRun
+from rnnlm.reporting.study_stats import t_interval
+
+
+def _reset_curve(run: StudyRun) -> dict[str, float]:
+    return run.metrics.get("reset_curve_bpc", {})
+
+
+def _context_excess(run: StudyRun) -> dict[str, float]:
+    """Each context length's bits per character as % above the carried state."""
+    context, carried = run.metrics.get("context_curve_bpc"), run.metrics.get("context_carried_bpc")
+    return {c: 100 * (v / carried - 1) for c, v in context.items()} if context and carried else {}
+
+
+def _mean_and_band(curves: list[dict[str, float]], keys: list[str]) -> tuple[list[float], list[float], list[float]]:
+    """Per key: the mean over the curves that have it, and its 95% interval's bounds."""
+    intervals = [t_interval([c[k] for c in curves if k in c]) for k in keys]
+    return [i.estimate for i in intervals], [i.low for i in intervals], [i.high for i in intervals]
+
+
+def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> None:
+    """Draw the figure of `runs` (in the study's order) into `path` (a PNG, whatever its name ends with)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    full = [r for r in runs if not r.quick]
+    ordered = list(dict.fromkeys(r.model for r in full))  # `runs` come in the study's order
+    by_model = {m: [r for r in full if r.model == m] for m in ordered}
+    stats = summary.set_index(["model", "figure"])
+
+    def column(figure: str, key: str) -> list[float]:
+        return [float(stats.loc[(m, figure), key]) for m in ordered]
+
+    fig, (bars, curves, contexts) = plt.subplots(1, 3, figsize=(20, 5.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
+    x = range(len(ordered))
+    for offset, figure, label in ((-0.2, "stateful_bpc", "stateful"), (0.2, "stateless_bpc", "stateless")):
+        bars.bar([i + offset for i in x], column(figure, "mean"), width=0.4, label=label,
+                 yerr=column(figure, "half_width"), capsize=3)
+    bars.scatter(list(x), column("bigram_bpc", "mean"), marker="_", s=900, color="black", zorder=3,
+                 label="bigram floor")
+    bars.set_xticks(list(x), [f"{m}\n(n = {len(by_model[m])})" for m in ordered], fontsize=7, rotation=30)
+    bars.set_ylabel("bits per character (validation), 95% interval over seeds")
+    bars.legend()
+    for model in ordered:
+        reset = [_reset_curve(r) for r in by_model[model]]
+        keys = sorted({k for c in reset for k in c if k != "never"}, key=int)
+        keys += ["never"] if any("never" in c for c in reset) else []
+        finite = [int(k) for k in keys if k != "never"]
+        points = [*finite, 2 * max(finite, default=1)][: len(keys)]  # "never" one doubling past the largest k
+        mean, low, high = _mean_and_band(reset, keys)
+        line, = curves.plot(points, mean, marker="o", ms=3, label=model)
+        curves.fill_between(points, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    curves.set_xscale("log", base=2)
+    curves.set_xlabel("state reset every k tokens (the last point: never)")
+    curves.set_ylabel("bits per character")
+    curves.legend(fontsize=6)
+    for model in ordered:
+        excess = [e for e in (_context_excess(r) for r in by_model[model]) if e]
+        if not excess:
+            continue
+        keys = sorted({k for e in excess for k in e}, key=int)
+        mean, low, high = _mean_and_band(excess, keys)
+        line, = contexts.plot([int(k) for k in keys], mean, marker="o", ms=3, label=model)
+        contexts.fill_between([int(k) for k in keys], low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    contexts.set_xscale("log", base=2)
+    contexts.set_xlabel("tokens of context c (fixed targets, zero state before them)")
+    contexts.set_ylabel("% above the carried state")
+    if contexts.lines:
+        contexts.legend(fontsize=6)
+    fig.suptitle("Stateless vs stateful over seeds: each model against the bigram floor, its state-reset curve and "
+                 "its context curve (bands and bars: 95% intervals)")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)

@@ -1,0 +1,170 @@
+"""The study's record: the run folders `collect` writes, read back and checked.
+
+In:  `reports/study/<model>/seed-<seed>/` (full-scale runs) and `reports/study/quick/<model>/`
+     (quick runs), each holding the files of `rnnlm.reporting.study_collect.FOLDER` and a
+     provenance.json.
+Out: one `StudyRun` per folder, or a `StudyFolderError` naming the first file that is missing,
+     does not parse, or disagrees with the rest of its folder (another model or seed, a table of
+     epochs that is not the run's epochs): nothing is reported from a damaged run. A study folder
+     with the leftovers of an interrupted `collect` is refused as a whole until `collect` mends it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rnnlm.errors import RnnlmError
+from rnnlm.reporting.study_collect import QUICK, leftovers, seed_folder_name
+
+
+class StudyFolderError(RnnlmError):
+    """A study folder that cannot be reported: missing, damaged or inconsistent."""
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One run folder of reports/study/: what it trained and what was measured."""
+
+    model: str
+    seed: int
+    folder: Path
+    quick: bool
+    params: dict[str, Any]  # the run's own params.yaml
+    train: dict[str, Any]  # train_metrics.json
+    metrics: dict[str, Any]  # metrics.json (the evaluate stage's)
+    provenance: dict[str, Any]
+    epochs: tuple[dict[str, float], ...]  # epochs.tsv's rows, as numbers
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        """The run's own entry of `models:` (cell, tokens, sizes, epochs)."""
+        return self.params["models"][self.model]
+
+    @property
+    def cell(self) -> str:
+        return self.entry["cell"]
+
+    @property
+    def tokens(self) -> str:
+        return self.entry["tokens"]
+
+    @property
+    def shape(self) -> tuple:
+        """The recurrent stack's sizes (cell, embedding, hidden, layers), to match the two tokenizations."""
+        return self.entry["cell"], self.entry["embd"], self.entry["hidden"], self.entry["layers"]
+
+    @property
+    def steps_scale(self) -> float:
+        return float(self.provenance.get("steps_scale", 1.0))
+
+    def where(self) -> str:
+        """The device and the processor that trained it ("cpu: AMD EPYC", "cuda: NVIDIA H100 ...")."""
+        device = self.provenance.get("device") or self.train.get("device", "?")
+        processor = self.provenance.get("processor") or self.train.get("processor")
+        return f"{device}: {processor}" if processor else str(device)
+
+    def source(self) -> str:
+        p = self.provenance
+        if p.get("experiment"):
+            return f"experiment {p['experiment']} ({str(p.get('rev', ''))[:7]})"
+        if p.get("rev"):
+            return f"commit {str(p['rev'])[:7]}"
+        return f"{p.get('made_by', 'unknown')} at {str(p.get('commit', '?'))[:7]}"
+
+
+def _read(path: Path, parse) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StudyFolderError(f"{path}: missing; expected a folder written by `python -m rnnlm.study collect`") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise StudyFolderError(f"{path}: cannot be read ({error})") from None
+    try:
+        value = parse(text)
+    except (ValueError, yaml.YAMLError, KeyError, TypeError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise StudyFolderError(f"{path}: does not parse ({first}); collect the run again") from None
+    if value is None or (not isinstance(value, (dict, list))):
+        raise StudyFolderError(f"{path}: does not parse (empty or not a table); collect the run again")
+    return value
+
+
+def _epoch_rows(text: str) -> list[dict[str, float]]:
+    rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(text.splitlines(), delimiter="\t")]
+    if not rows or any(math.isnan(row.get("val_loss", math.nan)) for row in rows):
+        raise ValueError("no rows with a val_loss")
+    return rows
+
+
+def _check(run: StudyRun) -> None:
+    """Every file of the run's folder tells of the same run; else a StudyFolderError naming the file."""
+    def bad(name: str, what: str) -> StudyFolderError:
+        return StudyFolderError(f"{run.folder / name}: {what}; expected the files of one run (collect it again)")
+
+    if run.params.get("model") != run.model or run.model not in run.params.get("models", {}):
+        raise bad("params.yaml", f"selects model {run.params.get('model')!r}, not the folder's {run.model!r}")
+    if not run.quick and run.params.get("seed") != run.seed:
+        raise bad("params.yaml", f"has seed {run.params.get('seed')!r}, not the folder's {run.seed}")
+    for name, record in (("train_metrics.json", run.train), ("metrics.json", run.metrics),
+                         ("provenance.json", run.provenance)):
+        if record.get("model") != run.model:
+            raise bad(name, f"is of model {record.get('model')!r}, not {run.model!r}")
+    numbers = [row.get("epoch") for row in run.epochs]
+    if numbers != [float(e) for e in range(1, len(numbers) + 1)] or len(numbers) != run.train.get("epochs"):
+        raise bad("epochs.tsv", f"holds epochs {', '.join(f'{e:g}' for e in numbers)}, but train_metrics.json says "
+                                f"{run.train.get('epochs')} epochs")
+    if run.train.get("val_loss") != run.epochs[-1]["val_loss"]:
+        raise bad("epochs.tsv", f"ends at validation loss {run.epochs[-1]['val_loss']}, but train_metrics.json says "
+                                f"{run.train.get('val_loss')}")
+    for name, record, keys in (("metrics.json", run.metrics, ("stateful_bpc", "stateless_bpc", "bigram_bpc")),
+                               ("train_metrics.json", run.train, ("parameters", "steps", "seconds"))):
+        for key in keys:
+            if not isinstance(record.get(key), (int, float)):
+                raise bad(name, f"has no number under {key!r}")
+
+
+def load_run(folder: Path, model: str, seed: int | None, quick: bool) -> StudyRun:
+    """The run in `folder`, checked (`seed` None for a quick run: read from its params)."""
+    params = _read(folder / "params.yaml", yaml.safe_load)
+    run = StudyRun(model, int(params.get("seed", 0)) if seed is None else seed, folder, quick, params,
+                   _read(folder / "train_metrics.json", json.loads), _read(folder / "metrics.json", json.loads),
+                   _read(folder / "provenance.json", json.loads), tuple(_read(folder / "epochs.tsv", _epoch_rows)))
+    _check(run)
+    return run
+
+
+def load_runs(study_dir: Path) -> list[StudyRun]:
+    """Every run folder of `study_dir`: full-scale runs by model and seed, then quick runs."""
+    left = leftovers(study_dir) if study_dir.is_dir() else []
+    if left:
+        raise StudyFolderError(f"{left[0]}: left by an interrupted `collect`; run `python -m rnnlm.study collect` "
+                               f"again to mend it, then report")
+    runs = []
+    for model in sorted(p for p in study_dir.iterdir() if p.is_dir() and p.name != QUICK) if study_dir.is_dir() else []:
+        seeds = [p for p in model.iterdir() if p.is_dir()]
+        if not seeds:
+            raise StudyFolderError(f"{model}: no seed-<seed> folder; expected a folder written by `study collect`")
+        for folder in seeds:
+            seed = folder.name.removeprefix("seed-")
+            if not seed.isdigit() or folder.name != seed_folder_name(int(seed)):
+                raise StudyFolderError(f"{folder}: not a seed folder; expected seed-<seed>, written by `study collect`")
+        for folder in sorted(seeds, key=lambda p: int(p.name.removeprefix("seed-"))):
+            runs.append(load_run(folder, model.name, int(folder.name.removeprefix("seed-")), quick=False))
+    quick = study_dir / QUICK
+    for folder in sorted(p for p in quick.iterdir() if p.is_dir()) if quick.is_dir() else []:
+        runs.append(load_run(folder, folder.name, None, quick=True))
+    return runs
+
+
+def in_study_order(runs: list[StudyRun], models: list[str], pinned_seed: int) -> list[StudyRun]:
+    """Full-scale runs in the order of `models` (then any other model by name), each model's pinned
+    seed first and then the others in order; quick runs after them, in the same model order."""
+    rank = {m: i for i, m in enumerate(models)}
+    return sorted(runs, key=lambda r: (r.quick, rank.get(r.model, len(rank)), r.model, r.seed != pinned_seed, r.seed))

@@ -1,0 +1,305 @@
+"""Faults lose nothing: a full disk, Ctrl-C, SIGTERM or SIGKILL at a chosen moment leaves every earlier
+output and the run's resume file as they were, says so in one line, and the same command run again
+finishes the job. A full disk is a write that raises ENOSPC; a kill comes from outside the process
+(a log line read, or strace's fault injection at a chosen system call)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from rnnlm import atomic
+from rnnlm.training.resume import read_header
+from tests.conftest import REPO_ROOT, make_dvc_repo, sha256_of, synthetic_play
+from tests.test_pipeline import _tiny_models
+
+CORPUS = synthetic_play(30_000)
+STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and the output it writes
+    "download": (["data/raw/tinyshakespeare.txt"], "data/raw/tinyshakespeare.txt"),
+    "prepare": (["data/raw/tinyshakespeare.txt", "data/prepared"], "data/prepared"),
+    "tokenizer": (["data/prepared/train.txt", "models/tokenizer"], "models/tokenizer/spm.model"),
+    "train": (["astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume"],
+              "models/model.pt"),
+    "generate": (["models/model.pt", "reports/generations.json"], "reports/generations.json"),
+    "evaluate": (["models/model.pt", "data/prepared", "reports/generations.json", "reports/metrics.json",
+                  "reports/plots/reset_curve.csv", "reports/plots/context_curve.csv"], "reports/metrics.json"),
+    "report": (["reports/generations.json", "reports/metrics.json", "reports/generations.md"], "reports/generations.md"),
+}
+
+
+def _params(root: Path, epochs: int = 3) -> None:
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    corpus = root / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    params["data"].update(url=corpus.as_uri(), sha256=sha256_of(CORPUS.encode("utf-8")))
+    _tiny_models(params)
+    params["models"]["astra_alpha"]["epochs"] = epochs
+    params["generate"]["max_new_tokens"] = 10
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+
+
+def _command(stage: str) -> list[str]:
+    return [sys.executable, str(REPO_ROOT / "stages" / f"{stage}.py"), *STAGES[stage][0]]
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RNNLM_CORPUS_MIRROR", "RNNLM_RESUME_DIR")}
+    return {**env, "PYTHONPATH": str(REPO_ROOT / "src")}
+
+
+def _stage(root: Path, stage: str) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(stage), cwd=root, env=_env(), capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    """A folder where every stage has run once (tiny astra_alpha, three epochs)."""
+    root = tmp_path_factory.mktemp("faults")
+    _params(root)
+    for stage in STAGES:
+        done = _stage(root, stage)
+        assert done.returncode == 0, done.stderr
+    return root
+
+
+def _in_process(root: Path, stage: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    """Run a stage's script in this process (so a test can make its writes fail): exit code, out, err."""
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(sys, "argv", [f"stages/{stage}.py", *STAGES[stage][0]])
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        runpy.run_path(str(REPO_ROOT / "stages" / f"{stage}.py"), run_name="__main__")
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _disk_full_at(monkeypatch, name: str) -> None:
+    """Every atomic write whose destination is called `name` fails for want of space."""
+    real = atomic._put_in_place
+
+    def full(tmp: Path, dest: Path) -> None:
+        if dest.name == name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(tmp, dest)
+
+    monkeypatch.setattr(atomic, "_put_in_place", full)
+
+
+def _leftovers(root: Path) -> list[Path]:
+    return [p for p in root.rglob(".*.tmp")]
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_full_disk_ends_every_stage_in_one_line_and_changes_nothing(pipeline, stage, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "copy"
+    shutil.copytree(pipeline, root)
+    before = _snapshot(root)
+    _disk_full_at(monkeypatch, Path(STAGES[stage][1]).name)
+    code, out, err = _in_process(root, stage, monkeypatch, capsys)
+    assert code == 1
+    assert err == f"error: cannot write {STAGES[stage][1]}: No space left on device; free some space and run the same " \
+                  f"command again\n"
+    assert not _leftovers(root)
+    after = _snapshot(root)
+    if stage == "train":  # its resume file is the one thing added: the run is kept, not lost
+        (added,) = set(after) - set(before)
+        assert added.startswith(".resume/astra_alpha-") and read_header(root / added)["epoch"] == 3
+        del after[added]
+    assert after == before
+
+
+def test_a_full_disk_at_the_checkpoint_loses_no_training(pipeline, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "copy"
+    shutil.copytree(pipeline, root)
+    (root / "models/model.pt").unlink()
+    _disk_full_at(monkeypatch, "model.pt")
+    assert _in_process(root, "train", monkeypatch, capsys)[0] == 1
+    monkeypatch.undo()
+    code, out, err = _in_process(root, "train", monkeypatch, capsys)
+    assert code == 0, err
+    assert "resuming astra_alpha after epoch 3" in out and "epoch 01/3" not in out  # nothing trained again
+    assert (root / "models/model.pt").read_bytes() == (pipeline / "models/model.pt").read_bytes()
+    assert not list((root / ".resume").iterdir())  # removed once every output is in place
+
+
+def _strace_available() -> bool:
+    return shutil.which("strace") is not None and subprocess.run(
+        ["strace", "-qq", "-e", "trace=none", "true"], capture_output=True).returncode == 0
+
+
+needs_strace = pytest.mark.skipif(not _strace_available(), reason="needs strace (Debian's strace package) to kill a "
+                                                                  "process at a chosen system call")
+
+
+def _killed_at_rename(command: list[str], cwd: Path, which: int) -> subprocess.CompletedProcess:
+    """Run `command` under strace, killed by SIGKILL when it enters its `which`-th rename (the main
+    process's own, not its children's)."""
+    renames = "rename,renameat,renameat2"
+    return subprocess.run(["strace", "-qq", "-o", os.devnull, "-e", f"trace={renames}",
+                           "-e", f"inject={renames}:signal=KILL:when={which}", *command],
+                          cwd=cwd, env=_env(), capture_output=True, text=True)
+
+
+@needs_strace
+def test_killed_at_the_checkpoints_rename_the_rerun_finishes_from_the_last_epoch(pipeline, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(pipeline, root)
+    (root / "models/model.pt").unlink()
+    killed = _killed_at_rename(_command("train"), root, which=4)  # three resume saves, then the checkpoint
+    assert killed.returncode != 0 and "epoch 03/3" in killed.stdout
+    assert not (root / "models/model.pt").exists()
+    (orphan,) = (root / "models").glob(".model.pt.*.tmp")  # what the killed writer could not remove
+    (resume,) = (root / ".resume").iterdir()
+    assert read_header(resume)["epoch"] == 3
+    again = _stage(root, "train")
+    assert again.returncode == 0, again.stderr
+    assert "resuming astra_alpha after epoch 3" in again.stdout and "epoch 01/3" not in again.stdout
+    assert not orphan.exists() and not _leftovers(root)  # the next writer of model.pt removed it
+    assert (root / "models/model.pt").read_bytes() == (pipeline / "models/model.pt").read_bytes()
+
+
+def _wait_for_line(process: subprocess.Popen, text: str) -> list[str]:
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"the process ended before printing {text!r}: {''.join(lines)}")
+
+
+@pytest.mark.parametrize("how, code, said", [(signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
+                                             (signal.SIGINT, 130, "error: interrupted")])
+def test_sigterm_and_ctrl_c_keep_the_last_epoch_and_say_so_in_one_line(pipeline, tmp_path, how, code, said):
+    root = tmp_path / "copy"
+    shutil.copytree(pipeline, root)
+    _params(root, epochs=40)  # long enough to be stopped in the middle
+    process = subprocess.Popen(_command("train"), cwd=root, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    _wait_for_line(process, "epoch 02/40")  # printed once epoch 2 is saved
+    process.send_signal(how)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == code
+    assert err.startswith(said) and len(err.splitlines()) == 1, err
+    (resume,) = (root / ".resume").iterdir()
+    assert read_header(resume)["epoch"] >= 2
+    assert not _leftovers(root)
+
+
+def test_sample_into_a_closed_pipe_ends_quietly_and_a_full_stdout_in_one_line(pipeline):
+    sample = [sys.executable, "-m", "rnnlm.sample", str(pipeline / "models/model.pt"), "--prompt", "ROMEO:",
+              "--max-new-tokens", "2000"]
+    process = subprocess.Popen(sample, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(process.stdout.read(5)) == 5
+    process.stdout.close()  # like `| head -c 5`
+    err = process.stderr.read()
+    process.wait(timeout=120)
+    assert err == b"" and process.returncode == 128 + signal.SIGPIPE
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(sample, env=_env(), stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 1
+    assert done.stderr == ("error: cannot write standard output: No space left on device; free some space and run "
+                           "the same command again\n")
+
+
+def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(pipeline, root)
+    _params(root, epochs=40)
+    elsewhere = tmp_path / "resume-files"
+    process = subprocess.Popen(_command("train"), cwd=root, env={**_env(), "RNNLM_RESUME_DIR": str(elsewhere)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_line(process, "epoch 01/40")
+    process.kill()
+    process.wait(timeout=60)
+    (resume,) = elsewhere.iterdir()
+    assert read_header(resume)["model"] == "astra_alpha" and not list((root / ".resume").iterdir())
+    listed = subprocess.run([sys.executable, "-m", "rnnlm.study", "resume-files"], cwd=root,
+                            env={**_env(), "RNNLM_RESUME_DIR": str(elsewhere)}, capture_output=True, text=True)
+    assert "astra_alpha" in listed.stdout and "epoch 1/40" in listed.stdout and resume.name in listed.stdout
+    pruned = subprocess.run([sys.executable, "-m", "rnnlm.study", "resume-files", "--dir", str(elsewhere),
+                             "--prune-older-than", "0"], cwd=root, env=_env(), capture_output=True, text=True)
+    assert "(removed)" in pruned.stdout and not resume.exists()
+
+
+def _queue_status(root: Path) -> dict[str, str]:
+    done = subprocess.run(["dvc", "queue", "status"], cwd=root, env=_env(), capture_output=True, text=True)
+    rows = [line.split() for line in done.stdout.splitlines()[1:] if line and not line.startswith("Worker")]
+    return {words[1]: words[-1] for words in rows if len(words) >= 3}
+
+
+def _wait(predicate, what: str, timeout: float = 300.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+@pytest.mark.slow
+def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
+    """The study's runs go through DVC's queue, whose workspace (.dvc/tmp/exps/...) DVC deletes when
+    a run fails: the resume file lives in the main repository's .resume/ instead, so queuing the same
+    run again continues from its last epoch."""
+    def slow_enough(params: dict) -> None:
+        _tiny_models(params)
+        params["models"]["astra_alpha"].update({"hidden": 96, "epochs": 10, "steps_per_epoch": 40})
+
+    root = make_dvc_repo(tmp_path / "repo", CORPUS, slow_enough)
+    study = [sys.executable, "-m", "rnnlm.study", "run", "--models", "astra_alpha"]
+    try:
+        queued = subprocess.run(study, cwd=root, env=_env(), capture_output=True, text=True)
+        assert queued.returncode == 0, queued.stderr
+        assert "queued: -n astra_alpha-seed1337 -S model=astra_alpha -S seed=1337" in queued.stdout
+        resume = root / ".resume"
+
+        def saved_epoch() -> int:
+            headers = [read_header(p) for p in resume.glob("astra_alpha-*.pt")] if resume.is_dir() else []
+            return max((h["epoch"] for h in headers), default=0)
+
+        _wait(lambda: saved_epoch() >= 2, "epoch 2 of the queued run")
+        (trainer,) = [p for p in psutil.process_iter(["cmdline", "cwd"]) if "stages/train.py" in " ".join(
+            p.info["cmdline"] or []) and str(root / ".dvc/tmp/exps") in (p.info["cwd"] or "")]
+        trainer.kill()  # as the end of a session or a lost machine would: no cleanup runs
+        _wait(lambda: _queue_status(root).get("astra_alpha-seed1337") == "Failed", "the killed run to fail")
+        assert not list((root / ".dvc/tmp/exps").glob("tmp*/.resume"))  # nothing kept in DVC's workspace
+        reached = saved_epoch()
+        assert 2 <= reached < 10
+
+        again = subprocess.run(study, cwd=root, env=_env(), capture_output=True, text=True)
+        assert again.returncode == 0 and "queued: -n astra_alpha-seed1337" in again.stdout, again.stderr
+        _wait(lambda: _queue_status(root).get("astra_alpha-seed1337") == "Success", "the queued run to finish", 600)
+        log = subprocess.run(["dvc", "queue", "logs", "astra_alpha-seed1337"], cwd=root, env=_env(),
+                             capture_output=True, text=True).stdout
+        assert f"resuming astra_alpha after epoch {reached}" in log or "resuming astra_alpha at step" in log, log
+        assert "epoch 01/10" not in log.split("resuming astra_alpha")[-1]  # no epoch trained twice
+        assert not list(resume.iterdir())  # removed once the run's outputs were in place
+        collected = subprocess.run([sys.executable, "-m", "rnnlm.study", "collect"], cwd=root, env=_env(),
+                                   capture_output=True, text=True)
+        assert "astra_alpha seed 1337: wrote" in collected.stdout, collected.stderr
+        epochs = (root / "reports/study/astra_alpha/seed-1337/epochs.tsv").read_text().splitlines()
+        assert len(epochs) == 11
+    finally:
+        subprocess.run(["dvc", "queue", "stop", "--kill"], cwd=root, env=_env(), capture_output=True)

@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import speed  # noqa: E402
 
-from rnnlm.reporting.study_collect import FOLDER  # noqa: E402
+from rnnlm.study.collect import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
 from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from rnnlm import study as study_command
+from rnnlm.study import cli as study_command
 from rnnlm.errors import RnnlmError
-from rnnlm.reporting import study_collect, study_queue, study_report
+from rnnlm.study import collect as study_collect, queue as study_queue, report as study_report
 from tests.conftest import REPO_ROOT
 
 MODELS = ["alpha", "beta", "gamma"]

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from rnnlm.reporting import study_findings as sf
-from rnnlm.reporting import study_stats as st
-from rnnlm.reporting.study_table import FIGURES
+from rnnlm.study import findings as sf
+from rnnlm.study import stats as st
+from rnnlm.study.table import FIGURES
 
 OFFSETS = (-1.2, -0.5, 0.0, 0.5, 1.2)  # five seeds' deviations from the mean, in units of the spread
 SHAPES = {"alpha": ("gru", 64, 128, 1), "beta": ("gru", 128, 256, 2), "gamma": ("gru", 256, 512, 3)}

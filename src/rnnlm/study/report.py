@@ -1,6 +1,6 @@
 """`report`: the study's tables, figure and summaries, built from the folders in `reports/study/` alone.
 
-In:  the run folders (`rnnlm.reporting.study_folders.load_runs`: every seed of every model, and
+In:  the run folders (`rnnlm.study.folders.load_runs`: every seed of every model, and
      the quick runs) and the model names of params.yaml (their order, and which have no run yet).
 Out, all written to temporary files first and renamed together at the end (a failure leaves the
 previous outputs as they were; a kill between two renames is mended by running it again):
@@ -9,7 +9,7 @@ previous outputs as they were; a kill between two renames is mended by running i
                             quick runs apart
   reports/study.png         stateful and stateless bits per character with their intervals against
                             the bigram floor; the state-reset and context curves, mean and band
-  reports/study/runs.csv    one row per run (`study_table.runs_frame`)
+  reports/study/runs.csv    one row per run (`rnnlm.study.table.runs_frame`)
   reports/study/summary.csv per model and figure: n, mean, sd, the 95% interval
   reports/study/summary.json per model: n and the means, the metrics file dvc.yaml declares
   README.md                 the summary table and one verdict line per claim, between its markers
@@ -29,10 +29,10 @@ import pandas as pd
 from rnnlm.atomic import AtomicFiles
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
-from rnnlm.reporting.study_figure import write_figure
-from rnnlm.reporting.study_findings import Finding, findings, findings_markdown, verdict_lines
-from rnnlm.reporting.study_folders import StudyRun, in_study_order, load_runs
-from rnnlm.reporting.study_table import csv_text, runs_frame, summary_frame, summary_json
+from rnnlm.study.figure import write_figure
+from rnnlm.study.findings import Finding, findings, findings_markdown, verdict_lines
+from rnnlm.study.folders import StudyRun, in_study_order, load_runs
+from rnnlm.study.table import csv_text, runs_frame, summary_frame, summary_json
 
 
 class StudyReportError(RnnlmError):

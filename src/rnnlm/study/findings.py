@@ -1,8 +1,8 @@
 """The study's six claims, each judged against the spread over seeds.
 
-In:  the table of runs (`rnnlm.reporting.study_table.runs_frame`: one row per model and seed).
+In:  the table of runs (`rnnlm.study.table.runs_frame`: one row per model and seed).
 Out: one `Finding` per claim: the claim in our words, the comparisons it turns on, each with a 95%
-interval (`rnnlm.reporting.study_stats`: a t-interval over seeds, paired when both figures come
+interval (`rnnlm.study.stats`: a t-interval over seeds, paired when both figures come
 from the same weights, Welch between two models), the rule that reads it and its verdict
 (supported, contradicted, inconclusive at n = k), how many seeds per model would decide it at the
 spread measured, the claim's verdict (all supported, all contradicted, mixed, else inconclusive),
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from rnnlm.reporting.study_stats import (NOT_MEASURED, Interval, band_verdict, combine, paired, seeds_needed,
+from rnnlm.study.stats import (NOT_MEASURED, Interval, band_verdict, combine, paired, seeds_needed,
                                          sign_verdict, t_interval, welch)
 
 BIGRAM_BAND = (-0.05, 0.25)
@@ -338,7 +338,7 @@ def findings(frame: pd.DataFrame, shapes: dict[str, tuple]) -> list[Finding]:
 def findings_markdown(found: list[Finding]) -> list[str]:
     """The Findings section of reports/study.md, as lines."""
     lines = ["## Findings", "",
-             "Each claim of the study, judged by `rnnlm.reporting.study_findings` from the runs above. Every",
+             "Each claim of the study, judged by `rnnlm.study.findings` from the runs above. Every",
              "comparison a claim turns on has a 95% interval over seeds: Student's t over one model's seeds, paired",
              "(per run) when both figures come from the same weights, Welch's between two models. A comparison is",
              "*supported* when its interval lies wholly on the claimed side (or inside the band), *contradicted*",

@@ -6,11 +6,11 @@
                                 [--readme README.md]
     python -m rnnlm.study resume-files [--dir .resume] [--prune-older-than DAYS]
 
-`run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.reporting.study_queue`);
+`run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`);
 `collect` copies each (model, seed)'s newest finished run (an experiment, local or pulled with
 `dvc exp pull`, or a commit) into `reports/study/<model>/seed-<seed>/`
-(`rnnlm.reporting.study_collect`); `report` builds the tables, figure and summaries from those
-folders alone (`rnnlm.reporting.study_report`); `resume-files` lists the resume files of
+(`rnnlm.study.collect`); `report` builds the tables, figure and summaries from those
+folders alone (`rnnlm.study.report`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`).
 """
 
@@ -20,11 +20,10 @@ import argparse
 import math
 from pathlib import Path
 
-from rnnlm.errors import run_main
 from rnnlm.params import load_params
-from rnnlm.reporting.study_collect import collect
-from rnnlm.reporting.study_queue import StudyError, run
-from rnnlm.reporting.study_report import report
+from rnnlm.study.collect import collect
+from rnnlm.study.queue import StudyError, run
+from rnnlm.study.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 
 
@@ -98,7 +97,3 @@ def main(argv: list[str] | None = None) -> None:
         runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)
         print(f"wrote {args.markdown} and {args.figure}: {sum(not r.quick for r in runs)} full-scale runs, "
               f"{sum(r.quick for r in runs)} quick runs")
-
-
-if __name__ == "__main__":
-    run_main(main)

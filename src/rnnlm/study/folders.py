@@ -1,7 +1,7 @@
 """The study's record: the run folders `collect` writes, read back and checked.
 
 In:  `reports/study/<model>/seed-<seed>/` (full-scale runs) and `reports/study/quick/<model>/`
-     (quick runs), each holding the files of `rnnlm.reporting.study_collect.FOLDER` and a
+     (quick runs), each holding the files of `rnnlm.study.collect.FOLDER` and a
      provenance.json.
 Out: one `StudyRun` per folder, or a `StudyFolderError` naming the first file that is missing,
      does not parse, or disagrees with the rest of its folder (another model or seed, a table of
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from rnnlm.errors import RnnlmError
-from rnnlm.reporting.study_collect import QUICK, leftovers, seed_folder_name
+from rnnlm.study.collect import QUICK, leftovers, seed_folder_name
 
 
 class StudyFolderError(RnnlmError):

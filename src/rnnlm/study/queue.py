@@ -9,7 +9,7 @@ queued or running):
 
 and starts the queue with one worker (`dvc queue start`), unless a worker is already running: the
 runs train one after another, each with every core. `--wait` follows the queue until it is empty.
-Each finished experiment is a commit under refs/exps/, which `rnnlm.reporting.study_collect` reads.
+Each finished experiment is a commit under refs/exps/, which `rnnlm.study.collect` reads.
 An interrupted run resumes when it is queued again: its resume file lies in the main repository
 (or under $RNNLM_RESUME_DIR, which the worker must have in its environment), not in DVC's temporary
 workspace (`rnnlm.training.resume`).
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
-from rnnlm.reporting.study_collect import find_runs, seed_folder_name
+from rnnlm.study.collect import find_runs, seed_folder_name
 
 
 class StudyError(RnnlmError):

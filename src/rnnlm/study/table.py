@@ -1,9 +1,9 @@
 """The study as tables: one row per run, then per model the mean, spread and 95% interval.
 
-In:  the full-scale `StudyRun`s of `rnnlm.reporting.study_folders`.
+In:  the full-scale `StudyRun`s of `rnnlm.study.folders`.
 Out: `runs_frame`: a pandas DataFrame, one row per (model, seed): where it ran and every figure
      the study table and the findings use (`FIGURES`); `summary_frame`: per model and figure, n,
-     mean, standard deviation and the 95% t-interval (`rnnlm.reporting.study_stats`), in long form.
+     mean, standard deviation and the 95% t-interval (`rnnlm.study.stats`), in long form.
      `reports/study/runs.csv`, `summary.csv` and `summary.json` (per-model means and n, the
      metrics file dvc.yaml declares) are these frames written out.
 """
@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from rnnlm.reporting.study_folders import StudyRun
-from rnnlm.reporting.study_stats import t_interval
+from rnnlm.study.folders import StudyRun
+from rnnlm.study.stats import t_interval
 
 
 def _text(run: StudyRun, mode: str, key: str) -> float:

@@ -230,7 +230,7 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
     calls = []
     monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")
     with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
-        study_queue.run(["astra_alpha", "nosuch"], 1.0, wait=False, params_path=str(REPO_ROOT / "params.yaml"))
+        study_command.main(["run", "--models", "astra_alpha", "nosuch", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
         study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):

@@ -1,12 +1,15 @@
 """`python -m rnnlm.study run | collect | report | resume-files`: the study across models and seeds.
 
     python -m rnnlm.study run [--models NAME ...] [--seeds N] [--steps-scale S] [--wait]
+    python -m rnnlm.study run --slurm [--models ...] [--seeds N] [--partition P] [--time T] [--gpus G] ...
+    python -m rnnlm.study status [--models ...] [--seeds N]
     python -m rnnlm.study collect [--repo .] [--out reports/study]
     python -m rnnlm.study report [--study reports/study] [--markdown reports/study.md] [--figure reports/study.png]
                                 [--readme README.md]
     python -m rnnlm.study resume-files [--dir .resume] [--prune-older-than DAYS]
 
-`run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`);
+`run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`), or with
+`--slurm` submits them as one Slurm array job (`rnnlm.study.slurm`); `status` says where each stands;
 `collect` copies each (model, seed)'s newest finished run (an experiment, local or pulled with
 `dvc exp pull`, or a commit) into `reports/study/<model>/seed-<seed>/`
 (`rnnlm.study.collect`); `report` builds the tables, figure and summaries from those
@@ -22,7 +25,9 @@ from pathlib import Path
 
 from rnnlm.params import load_params
 from rnnlm.study.collect import collect
-from rnnlm.study.queue import StudyError, run
+from rnnlm.study.queue import StudyError, held_runs, run, seeds_wanted
+from rnnlm.study.slurm import CONFIG, load_settings, run_slurm
+from rnnlm.study.status import status_lines
 from rnnlm.study.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 
@@ -54,20 +59,62 @@ def resume_files(folder: Path, prune_older_than: float | None) -> list[str]:
     return lines
 
 
+def _selection(parser: argparse.ArgumentParser) -> None:
+    """The options that say which runs: models, seeds, scale, params."""
+    parser.add_argument("--models", nargs="+", help="entries of models: in params.yaml (default: all)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="seeds per model: params.yaml's pinned seed, then 1, 2, ... (default 1)")
+    parser.add_argument("--steps-scale", type=float, default=1.0, help="train.steps_scale for every run")
+    parser.add_argument("--params", default="params.yaml")
+
+
+def _slurm_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Slurm (with --slurm; defaults from --slurm-config)")
+    group.add_argument("--slurm", action="store_true", help="submit one Slurm array job instead of DVC's local queue")
+    group.add_argument("--slurm-config", type=Path, default=CONFIG, help=f"settings file (default {CONFIG})")
+    group.add_argument("--partition")
+    group.add_argument("--time", help="per task, e.g. 04:00:00")
+    group.add_argument("--cpus-per-task", type=int)
+    group.add_argument("--gpus", type=int, help="per task (--gres=gpu:N); 0 for none")
+    group.add_argument("--mem")
+    group.add_argument("--venv", help="a virtual environment with requirements.txt installed, seen by every node")
+    group.add_argument("--scratch", help="node-local scratch root (default: $TMPDIR, else /tmp)")
+    group.add_argument("--remote", help="the git remote the tasks clone from and push to (default origin)")
+
+
+def _which(args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """The models and seeds the options select, checked."""
+    if not 0 < args.steps_scale < math.inf:
+        raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a finite positive number")
+    if args.seeds < 1:
+        raise StudyError(f"--seeds {args.seeds}: expected a positive number of seeds")
+    params = load_params(args.params)
+    models = args.models or list(params.models)
+    unknown = [m for m in models if m not in params.models]
+    if unknown:
+        raise StudyError(f"--models {' '.join(unknown)}: not under models: in {args.params}; expected some of "
+                         f"{', '.join(params.models)}")
+    return models, seeds_wanted(params.seed, args.seeds)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rnnlm.study", description="The study across models: queue, collect, report.")
+    parser = argparse.ArgumentParser(prog="python -m rnnlm.study",
+                                     description="The study across models and seeds: run, collect, report.")
     commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="queue one experiment per model and start the queue")
-    run_parser.add_argument("--models", nargs="+", help="entries of models: in params.yaml (default: all)")
-    run_parser.add_argument("--seeds", type=int, default=1,
-                            help="seeds per model: params.yaml's pinned seed, then 1, 2, ... (default 1)")
-    run_parser.add_argument("--steps-scale", type=float, default=1.0, help="train.steps_scale for every run")
-    run_parser.add_argument("--wait", action="store_true", help="return only when the queue is empty")
-    run_parser.add_argument("--params", default="params.yaml")
-    collect_parser = commands.add_parser("collect", help="copy each model's newest finished run into reports/study/")
+    run_parser = commands.add_parser("run", help="queue each (model, seed) not held yet (DVC's queue, or --slurm)")
+    _selection(run_parser)
+    run_parser.add_argument("--wait", action="store_true", help="return only when DVC's queue is empty")
+    _slurm_options(run_parser)
+    status_parser = commands.add_parser("status", help="which (model, seed) are collected, finished, running, "
+                                                       "failed or missing")
+    _selection(status_parser)
+    status_parser.add_argument("--study", type=Path, default=Path("reports/study"))
+    collect_parser = commands.add_parser("collect", help="copy each (model, seed)'s newest finished run into "
+                                                         "reports/study/")
     collect_parser.add_argument("--repo", type=Path, default=Path("."), help="the repository's root (default: here)")
     collect_parser.add_argument("--out", type=Path, default=Path("reports/study"))
-    report_parser = commands.add_parser("report", help="write the study table and figure from reports/study/")
+    report_parser = commands.add_parser("report", help="write the study's tables, figure and summaries from "
+                                                       "reports/study/")
     report_parser.add_argument("--study", type=Path, default=Path("reports/study"))
     report_parser.add_argument("--markdown", type=Path, default=Path("reports/study.md"))
     report_parser.add_argument("--figure", type=Path, default=Path("reports/study.png"))
@@ -81,12 +128,19 @@ def main(argv: list[str] | None = None) -> None:
                                help="remove the files written more than DAYS days ago")
     args = parser.parse_args(argv)
     if args.command == "run":
-        if not 0 < args.steps_scale < math.inf:
-            raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a finite positive number")
-        if args.seeds < 1:
-            raise StudyError(f"--seeds {args.seeds}: expected a positive number of seeds")
-        models = args.models or list(load_params(args.params).models)
-        run(models, args.steps_scale, args.wait, args.params, args.seeds)
+        models, seeds = _which(args)
+        if args.slurm:
+            overrides = {"partition": args.partition, "time": args.time, "cpus_per_task": args.cpus_per_task,
+                         "gpus": args.gpus, "mem": args.mem, "venv": args.venv, "scratch": args.scratch,
+                         "remote": args.remote}
+            run_slurm(Path("."), models, seeds, args.steps_scale, load_settings(args.slurm_config, overrides),
+                      held_runs(Path("."), Path("reports/study"), args.steps_scale))
+        else:
+            run(models, seeds, args.steps_scale, args.wait)
+    elif args.command == "status":
+        models, seeds = _which(args)
+        for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale):
+            print(line)
     elif args.command == "resume-files":
         for line in resume_files(resume_folder(args.dir), args.prune_older_than):
             print(line)

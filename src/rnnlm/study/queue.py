@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rnnlm.errors import RnnlmError
-from rnnlm.params import load_params
 from rnnlm.study.collect import find_runs, seed_folder_name
 
 
@@ -100,17 +99,12 @@ def plan(models: Iterable[str], seeds: Sequence[int], held: set[tuple[str, int]]
             if (m, s) not in held and experiment_name(m, s, steps_scale) not in pending]
 
 
-def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str = "params.yaml", seeds: int = 1,
+def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: bool,
         study_dir: Path = Path("reports/study")) -> list[tuple[str, int]]:
-    """Queue what `plan` gives and start a worker if none runs; returns the queued runs."""
-    params = load_params(params_path)
-    unknown = [m for m in models if m not in params.models]
-    if unknown:
-        raise StudyError(f"--models {' '.join(unknown)}: not under models: in {params_path}; expected some of "
-                         f"{', '.join(params.models)}")
+    """Queue what `plan` gives (models and seeds checked by the caller) and start a worker if none
+    runs; returns the queued runs."""
     pending = {name for name, status in _queue_rows() if status in ("Queued", "Running")}
-    todo = plan(models, seeds_wanted(params.seed, seeds), held_runs(Path("."), study_dir, steps_scale), pending,
-                steps_scale)
+    todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), pending, steps_scale)
     for model, seed in todo:
         command = queue_command(model, seed, steps_scale)
         _dvc(command)
@@ -126,7 +120,7 @@ def run(models: Sequence[str], steps_scale: float, wait: bool, params_path: str 
         if started.returncode != 0:
             raise StudyError("dvc queue start failed; run it by hand to see why")
         print("queue started (one worker).")
-    print("Follow it with `dvc queue status` / `dvc queue logs NAME`;")
+    print("Follow it with `dvc queue status` / `dvc queue logs NAME` / `python -m rnnlm.study status`;")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     while wait and _queue_busy():
         time.sleep(30)

@@ -86,7 +86,7 @@ from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
 from rnnlm import backend  # noqa: E402
 from rnnlm.atomic import write_text_atomic  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.products import linear, t_mm, uses_onednn  # noqa: E402
+from rnnlm.models.products import linear, t_mm  # noqa: E402
 
 CHAR_VOCAB = 65
 STUDY_MODELS = ("astra_alpha", "astra_beta", "astra_gamma", "scribe_alpha", "scribe_beta", "scribe_gamma", "leviathan")
@@ -260,7 +260,7 @@ def step_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], 
     layout when the sequence has at least MIN_STEPS_TO_PACK steps; otherwise ATen's product."""
     weight = weight.contiguous()
     pack = steps >= MIN_STEPS_TO_PACK
-    if uses_onednn(weight, step=True):
+    if backend.onednn_for(weight, None, step=True):  # a scan's product: the library, whatever its size
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch) if pack else weight
         return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
     if (pack and weight.device.type == "cpu" and weight.dtype == torch.float32
@@ -401,18 +401,15 @@ GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")
 
 
 def under_gemm(choice: str, fn: Callable[[], object]) -> Callable[[], object]:
-    """fn, run with RNNLM_GEMM=choice (the switch reads the variable at every product)."""
+    """fn, run with the GEMM choice `choice` (as RNNLM_GEMM takes it), set through the library's own
+    switch (`rnnlm.backend.use_gemm`) and handed back after."""
 
     def run() -> object:
-        previous = os.environ.get(backend.GEMM_ENV)
-        os.environ[backend.GEMM_ENV] = choice
+        previous = backend.use_gemm(backend.Gemms.parse(choice))
         try:
             return fn()
         finally:
-            if previous is None:
-                del os.environ[backend.GEMM_ENV]
-            else:
-                os.environ[backend.GEMM_ENV] = previous
+            backend.use_gemm(previous)
 
     return run
 
@@ -530,7 +527,7 @@ def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[
     matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them
     x = matrices[0].new_zeros(batch, model.config.hidden)
     onednn = torch.ops.mkldnn._linear_pointwise  # the GEMM our step uses for each, called as directly as Python allows
-    products = [functools.partial(onednn, x, m, None, "none", [], "") if uses_onednn(x, x.numel() * m.shape[0], step=True)
+    products = [functools.partial(onednn, x, m, None, "none", [], "") if backend.onednn_for(x, x.numel() * m.shape[0], step=True)
                 else functools.partial(torch.mm, x, m.T) for m in matrices]
 
     @torch.no_grad()

@@ -21,6 +21,24 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# A cell written in the tests, with Python loops only, joins the registry with one line: every test
+# that runs "each cell" runs it too (tests/softsign_cell.py).
+from rnnlm.models.cells import CELLS  # noqa: E402
+from rnnlm.params import GenerateParams  # noqa: E402
+from tests import softsign_cell  # noqa: E402
+
+CELLS.setdefault(softsign_cell.SPEC.name, softsign_cell.SPEC)
+
+
+def cell_configs(variant: dict | None = None, **common) -> list:
+    """A small model config for every registered cell (vocab 11, embd 6, hidden 8, two layers unless
+    `common` says otherwise), with `variant` (more layers, dropout, a LayerNorm) applied to every
+    other cell in turn, so that each feature meets several cells."""
+    from rnnlm.models.language_model import ModelConfig
+
+    base = {"vocab_size": 11, "embd": 6, "hidden": 8, "layers": 2, **common}
+    return [ModelConfig(name, **{**base, **({} if i % 2 else variant or {})}) for i, name in enumerate(CELLS)]
+
 _WORDS = (
     "the and my lord thou art not of to be heart love king good sweet night day come go "
     "speak hear what shall will with death life blood crown fair honour noble grace"
@@ -133,18 +151,17 @@ def sentencepiece_checkpoint(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(params=["python", "cpp-mkl", "cpp-onednn", "triton"])
-def backend(request, monkeypatch):
+def backend(request, monkeypatch, gemm):
     """Run the test once with each backend of the per-step loops (training scans, sampling steps, the
     whole model's step and the generation loop): the Python loops (ATen calls), the compiled C++
     ones (what the CPU runs) with each of the two float32 GEMMs (MKL, oneDNN: the large products
     of `rnnlm.models.products` follow too), and the Triton ones (what CUDA runs; here in Triton's
-    interpreter, on CPU tensors). The switch's two functions, `rnnlm.backend.backend_for` and
-    `gemm_for`, answer the parameter for every device (one library for both kinds of product). A failed C++ build fails here. float64
-    products always run ATen's own GEMM; the float32 tests are the ones that reach oneDNN."""
+    interpreter, on CPU tensors). A failed C++ build fails here. float64 products always run ATen's
+    own GEMM; the float32 tests are the ones that reach oneDNN."""
     from rnnlm import backend as switch
     from rnnlm import native
 
-    loops, _, gemm = request.param.partition("-")
+    loops, _, library = request.param.partition("-")
     if loops == "cpp":
         assert native.compiled() is not None, "the C++ code did not build (see the warning above)"
     if loops == "triton":
@@ -152,8 +169,66 @@ def backend(request, monkeypatch):
             pytest.skip("Triton kernels run on CPU tensors only in its interpreter (tests/test_cuda.py runs them on a GPU)")
         assert switch.triton_available(), "triton is not installed"
     monkeypatch.setattr(switch, "backend_for", lambda device: loops)
-    gemms = switch.Gemms(gemm or "mkl", gemm or "mkl")
-    monkeypatch.setattr(switch, "gemm_for", lambda device: gemms)
-    yield request.param
-    if native.compiled() is not None:
-        native.compiled().set_gemm(switch.gemm_for(torch.device("cpu")).step)  # the machine's own choice again
+    gemm(library or "mkl")
+    return request.param
+
+
+@pytest.fixture
+def gemm():
+    """`gemm("mkl:onednn")` (or a `Gemms`) makes that the process's GEMM choice, through the one call
+    the library has for it (`rnnlm.backend.use_gemm`); the machine's own choice comes back after
+    the test."""
+    from rnnlm import backend as switch
+
+    def choose(choice) -> object:
+        choice = switch.Gemms.parse(choice) if isinstance(choice, str) else choice
+        switch.use_gemm(choice)
+        return choice
+
+    yield choose
+    switch.use_gemm(None)
+
+
+def small_tokenizer(params: dict) -> None:
+    """A SentencePiece vocabulary of 100: the tests' corpora are small."""
+    params["tokenizer"]["vocab_size"] = 100
+
+
+def tiny_models(params: dict) -> None:
+    """Every model the tests train made tiny: seconds per run on a CPU."""
+    small_tokenizer(params)
+    params["train"].update({"batch_size": 4, "seq_len": 16, "device": "cpu"})
+    # the context curve at 4 lengths and 100 targets: its full size alone took 8 s of each evaluate stage
+    params["evaluate"].update({"context_targets": 100, "context_lengths": [1, 2, 4, 8]})
+    for name in ("astra_alpha", "rnn_alpha", "scribe_alpha", "leviathan"):
+        params["models"][name].update({"embd": 8, "hidden": 12, "layers": 1, "epochs": 2, "steps_per_epoch": 3})
+
+
+def randomised_model(config):
+    """A float64 model in eval mode, its weights and biases moved off their initial values."""
+    from rnnlm.models.language_model import RecurrentLM
+
+    torch.manual_seed(0)
+    model = RecurrentLM(config).double().eval()
+    with torch.no_grad():  # biases away from their zero init, so that folding them is tested
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+SETTINGS = GenerateParams(prompts=("ROMEO: ", "KING: ", "FIRST CITIZEN: "), max_new_tokens=30, temperature=0.8,
+                          top_k=5, top_k_temperature=1.0, top_p=0.9, top_p_temperature=1.0)
+"""Generation settings of the report and generation tests: three prompts, 30 tokens."""
+
+METRICS = {  # a metrics.json as the evaluate stage writes it
+    "val_chars": 1000, "val_tokens": 999, "stateful_bpc": 2.39, "stateless_bpc": 3.76, "bigram_bpc": 3.59,
+    "stateless_minus_bigram_bpc": 0.17,
+    "context_targets": 2000, "context_carried_bpc": 2.40, "context_horizon": 16, "context_horizon_range": [8, 32],
+    "context_horizon_tolerance": 0.01, "context_curve_bpc": {"1": 3.70, "16": 2.41, "64": 2.40},
+    "context_curve_se_bpc": {"1": 0.05, "16": 0.001, "64": 0.0}, "context_curve_chars": {"1": 1.0, "16": 16.0, "64": 64.0},
+    "reset_curve_bpc": {"1": 3.76, "128": 2.41, "never": 2.39},
+    "ngram_bpc": {"unigram": 4.83, "bigram": 3.59, "5gram": 2.44},
+    "text": {mode: {"known_word_share": 0.5, "distinct_1": 0.7, "distinct_2": 0.8, "distinct_3": 0.9,
+                    "repeated_4gram_share": 0.1, "char_loglik": -2.0, "speaker_line_share": None}
+             for mode in ("stateless", "stateful", "validation")},
+}

@@ -25,8 +25,15 @@ def module_file(name: str) -> Path | None:
 
 
 def _imported(path: Path, package: str) -> set[str]:
+    """The library modules `path` imports, at its top or inside its functions (not those under
+    `if TYPE_CHECKING:`, which never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+                   for sub in ast.walk(node)}
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -68,6 +75,49 @@ def library_files(script: Path) -> set[Path]:
         from rnnlm.models.cells import CELLS
 
         for spec in CELLS.values():
-            files.add(module_file(spec.triton_module))
-            files.add(module_file("rnnlm.models.cells.triton_common"))
+            if spec.triton_module and module_file(spec.triton_module):  # a cell may have none
+                files.add(module_file(spec.triton_module))
+                files.add(module_file("rnnlm.models.cells.triton_common"))
     return files
+
+
+def _module_name(path: Path) -> tuple[str, str]:
+    """(module name, package it resolves relative imports against) of a file under src/."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+        return ".".join(parts), ".".join(parts)
+    return ".".join(parts), ".".join(parts[:-1])
+
+
+def import_cycles() -> list[list[str]]:
+    """Every cycle of imports among the library's modules (a strongly connected group of two or
+    more), each as its sorted module names."""
+    graph = {}
+    for path in SRC.rglob("*.py"):
+        name, package = _module_name(path)
+        graph[name] = {child for child in _imported(path, package) if child != name}
+    order, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        on_stack.add(node)
+        for child in graph.get(node, ()):
+            if child not in order:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], order[child])
+        if low[node] == order[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return groups

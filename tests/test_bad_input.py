@@ -10,8 +10,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO_ROOT, make_dvc_repo, run, sha256_of, synthetic_play
-from tests.test_pipeline import _tiny_models
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, sha256_of, synthetic_play, tiny_models
 
 CORPUS = synthetic_play(30_000)
 
@@ -35,7 +34,7 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
 )
 def test_params_errors_through_dvc_repro(tmp_path, edit, message):
     def broken(params):
-        _tiny_models(params)
+        tiny_models(params)
         edit(params)
 
     root = make_dvc_repo(tmp_path / "repo", CORPUS, broken)
@@ -49,7 +48,7 @@ def test_params_errors_through_dvc_repro(tmp_path, edit, message):
 def prepared_repo(tmp_path_factory):
     """A repository whose data stages have run (tiny models): the train stage's refusals start here,
     each with its own edit of params.yaml, put back after it."""
-    root = make_dvc_repo(tmp_path_factory.mktemp("prepared") / "repo", CORPUS, _tiny_models)
+    root = make_dvc_repo(tmp_path_factory.mktemp("prepared") / "repo", CORPUS, tiny_models)
     run(["dvc", "repro", "tokenizer"], root)
     return root
 
@@ -95,7 +94,7 @@ def test_cuda_without_gpu_stops_the_stage(prepared_repo):
 
 def test_corpus_checksum_mismatch(tmp_path):
     def wrong_hash(params):
-        _tiny_models(params)
+        tiny_models(params)
         params["data"]["sha256"] = "0" * 64
 
     root = make_dvc_repo(tmp_path / "repo", CORPUS, wrong_hash)
@@ -115,7 +114,7 @@ def test_empty_or_non_utf8_corpus(tmp_path, body, message):
     source.write_bytes(body)
 
     def point_at_it(params):
-        _tiny_models(params)
+        tiny_models(params)
         params["data"].update(url=source.as_uri(), sha256=sha256_of(body))
 
     root = make_dvc_repo(tmp_path / "repo", CORPUS, point_at_it)

@@ -101,17 +101,16 @@ def test_allocator_part_alone_times_both_steps_in_both_modes(tmp_path):
         assert record["speedup_kept"][impl] == pytest.approx(ms["default"] / ms["kept"])
 
 
-def test_a_gemm_choice_applies_to_its_call_alone(monkeypatch):
+def test_a_gemm_choice_applies_to_its_call_alone(gemm):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import speed
     from rnnlm import backend
 
-    monkeypatch.setenv("RNNLM_GEMM", "onednn")
-    seen = speed.under_gemm("mkl:onednn", lambda: backend.gemm_for(torch.device("cpu")))()
-    assert seen == ("mkl", "onednn") and os.environ["RNNLM_GEMM"] == "onednn"  # set for the call, then put back
-    monkeypatch.delenv("RNNLM_GEMM")
-    speed.under_gemm("mkl", lambda: None)()
-    assert "RNNLM_GEMM" not in os.environ
+    before = gemm("onednn")
+    cpu = torch.device("cpu")
+    seen = speed.under_gemm("mkl:onednn", lambda: (backend.gemm_for(cpu), backend.compiled_for(cpu).gemm()))()
+    assert seen == (("mkl", "onednn"), "onednn")  # through the library's switch: the compiled code too
+    assert backend.gemm_for(torch.device("cpu")) == before  # then put back
 
 
 def test_bad_repeats_is_a_clear_error():

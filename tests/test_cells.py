@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.models.cells import CELLS, LAYERS
+from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.gru import GRUCell
 
 
@@ -28,10 +28,8 @@ def _randomised(layer):
 
 def _random_state(layer, batch):
     H = layer.hidden_size
-    h = torch.randn(batch, H) * 0.5
-    if isinstance(layer, LAYERS["lstm"]):
-        return (h, torch.randn(batch, H) * 0.5)
-    return h
+    entries = tuple(torch.randn(batch, H) * 0.5 for _ in range(layer.cell.state_entries))
+    return entries if len(entries) > 1 else entries[0]
 
 
 def _flat(state):
@@ -58,7 +56,7 @@ def _run(layer, fn, x, state, masks):
 @pytest.mark.parametrize("with_masks", [False, True])
 def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, batch, with_masks, backend):
     torch.manual_seed(input_size * 100 + hidden_size)
-    layer = _randomised(LAYERS[cell](input_size, hidden_size, dropout=0.3)).eval()  # masks only if given
+    layer = _randomised(CELLS[cell].layer(input_size, hidden_size, dropout=0.3)).eval()  # masks only if given
     x = torch.randn(batch, steps, input_size)
     state = _random_state(layer, batch)
     masks = (torch.rand(steps, batch, hidden_size) > 0.3).double() / 0.7 if with_masks else None
@@ -73,7 +71,7 @@ def test_fast_layer_equals_reference_loop(cell, input_size, hidden_size, steps, 
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_state_dropout_draws_the_same_masks_in_both_forms(cell, backend):
-    layer = _randomised(LAYERS[cell](4, 6, dropout=0.5)).train()
+    layer = _randomised(CELLS[cell].layer(4, 6, dropout=0.5)).train()
     x = torch.randn(3, 5, 4)
     torch.manual_seed(7)
     fast, _ = layer(x)
@@ -86,7 +84,7 @@ def test_state_dropout_draws_the_same_masks_in_both_forms(cell, backend):
 
 
 def test_zero_state_is_the_default():
-    layer = _randomised(LAYERS["gru"](4, 6))
+    layer = _randomised(CELLS["gru"].layer(4, 6))
     x = torch.randn(2, 3, 4)
     torch.testing.assert_close(layer(x)[0], layer(x, torch.zeros(2, 6))[0])
 
@@ -111,7 +109,7 @@ def test_gru_step_applies_the_reset_gate_before_the_matrix():
 
 
 def test_dropout_masks_keep_one_minus_p_and_average_one():
-    layer = LAYERS["gru"](4, 50, dropout=0.15).train()
+    layer = CELLS["gru"].layer(4, 50, dropout=0.15).train()
     torch.manual_seed(3)
     masks = layer.dropout_masks(200, 40, torch.zeros(()))  # 400,000 units
     kept = masks > 0
@@ -145,7 +143,7 @@ def _directional_derivatives(f, inputs, trials=4, eps=1e-6):
 @pytest.mark.parametrize("cell", CELLS)
 def test_scan_gradients_match_finite_differences(cell, backend):
     """The hand-written backward against finite differences, masks included."""
-    layer = _randomised(LAYERS[cell](3, 4))
+    layer = _randomised(CELLS[cell].layer(3, 4))
     products = torch.randn(5, 2, layer.cell.gates * 4)
     masks = (torch.rand(5, 2, 4) > 0.3).double() / 0.7
     state = _random_state(layer, 2)
@@ -162,7 +160,7 @@ def test_scan_gradients_match_finite_differences(cell, backend):
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, backend):
-    layer = _randomised(LAYERS[cell](3, 4))
+    layer = _randomised(CELLS[cell].layer(3, 4))
     x = torch.randn(5, 2, 3, requires_grad=True)
     products = layer.input_products(x)
     before = products.detach().clone()
@@ -174,7 +172,7 @@ def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, backend)
 
 
 def test_scan_accepts_non_contiguous_products(backend):
-    layer = _randomised(LAYERS["gru"](3, 4))
+    layer = _randomised(CELLS["gru"].layer(3, 4))
     products = torch.randn(2, 5, 12).transpose(0, 1)  # (T, B, 3H) as a strided view
     expected, _ = layer.scan(products.contiguous())
     torch.testing.assert_close(layer.scan(products)[0], expected, rtol=0, atol=0)
@@ -186,8 +184,8 @@ def test_float32_layer_matches_float64_reference(cell, backend):
     the products the chosen GEMM. A gradient entry near zero is a sum of large terms (the tanh RNN's
     reach 80 here), so its error is judged against the gradient's scale."""
     torch.manual_seed(0)
-    layer64 = _randomised(LAYERS[cell](10, 37))  # 37: a vector tail on every width
-    layer32 = LAYERS[cell](10, 37).float()
+    layer64 = _randomised(CELLS[cell].layer(10, 37))  # 37: a vector tail on every width
+    layer32 = CELLS[cell].layer(10, 37).float()
     layer32.load_state_dict({k: v.float() for k, v in layer64.state_dict().items()})
     x = torch.randn(6, 9, 10)
     masks = (torch.rand(9, 6, 37) > 0.2).double() / 0.8
@@ -204,7 +202,7 @@ def test_float32_layer_matches_float64_reference(cell, backend):
 @pytest.mark.parametrize("cell", CELLS)
 def test_gradients_when_the_final_state_is_not_used(cell, backend):
     """Autograd passes no gradient for an unused output (the LSTM's final c here)."""
-    layer = _randomised(LAYERS[cell](3, 5))
+    layer = _randomised(CELLS[cell].layer(3, 5))
     x = torch.randn(2, 4, 3)
     grads = []
     for forward in (layer.forward, layer.reference_forward):

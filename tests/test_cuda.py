@@ -21,16 +21,12 @@ from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.training.train import train
 from rnnlm.training.step import make_optimizer, make_training_step
-from tests.conftest import synthetic_play
+from tests.conftest import synthetic_play, cell_configs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CUDA = torch.device("cuda")
-CONFIGS = {
-    "gru": ModelConfig(cell="gru", vocab_size=40, embd=24, hidden=48, layers=2, dropout=0.0),
-    "lstm": ModelConfig(cell="lstm", vocab_size=40, embd=24, hidden=48, layers=2, dropout=0.0, layer_norm=True),
-    "rnn": ModelConfig(cell="rnn", vocab_size=40, embd=24, hidden=48, layers=1, dropout=0.0),
-}
+CONFIGS = {config.cell: config for config in cell_configs({"layer_norm": True}, vocab_size=40, embd=24, hidden=48)}
 
 
 @pytest.fixture(autouse=True)

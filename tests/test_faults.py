@@ -22,8 +22,7 @@ import yaml
 
 from rnnlm import atomic
 from rnnlm.training.resume import read_header
-from tests.conftest import REPO_ROOT, make_dvc_repo, sha256_of, synthetic_play
-from tests.test_pipeline import _tiny_models
+from tests.conftest import REPO_ROOT, make_dvc_repo, sha256_of, synthetic_play, tiny_models
 
 CORPUS = synthetic_play(30_000)
 STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and the output it writes
@@ -44,7 +43,7 @@ def _params(root: Path, epochs: int = 3) -> None:
     corpus = root / "corpus.txt"
     corpus.write_text(CORPUS, encoding="utf-8")
     params["data"].update(url=corpus.as_uri(), sha256=sha256_of(CORPUS.encode("utf-8")))
-    _tiny_models(params)
+    tiny_models(params)
     params["models"]["astra_alpha"]["epochs"] = epochs
     params["generate"]["max_new_tokens"] = 10
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
@@ -264,7 +263,7 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
     a run fails: the resume file lives in the main repository's .resume/ instead, so queuing the same
     run again continues from its last epoch."""
     def slow_enough(params: dict) -> None:
-        _tiny_models(params)
+        tiny_models(params)
         params["models"]["astra_alpha"].update({"hidden": 96, "epochs": 10, "steps_per_epoch": 40})
 
     root = make_dvc_repo(tmp_path / "repo", CORPUS, slow_enough)

@@ -6,7 +6,7 @@ from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.reporting.generation_record import read_generations
 from rnnlm.reporting.generation_run import run_generations
 from rnnlm.reporting.generation_markdown import to_markdown
-from tests.test_report import METRICS, SETTINGS
+from tests.conftest import METRICS, SETTINGS
 
 
 def test_every_prompt_strategy_and_mode(char_checkpoint):

@@ -14,13 +14,11 @@ from rnnlm.models.language_model import ModelConfig, RecurrentLM
 from rnnlm.inference.sampling import Decoding, generate, same_device
 from rnnlm.evaluation.scoring import streamed_token_nll, windowed_total
 from rnnlm.training.step import EagerStep, LossLog, make_optimizer
+from tests.conftest import cell_configs
 
 META = torch.device("meta")
-CONFIGS = [
-    ModelConfig("gru", vocab_size=30, embd=8, hidden=16, layers=2, dropout=0.2),
-    ModelConfig("lstm", vocab_size=30, embd=8, hidden=16, layers=2, dropout=0.2, layer_norm=True),
-    ModelConfig("rnn", vocab_size=30, embd=8, hidden=16, layers=1, dropout=0.2, dropout_mode="between"),
-]
+CONFIGS = cell_configs({"layer_norm": True, "dropout_mode": "between", "layers": 1}, vocab_size=30, embd=8, hidden=16,
+                       dropout=0.2)
 
 
 def _meta_model(config: ModelConfig) -> RecurrentLM:

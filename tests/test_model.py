@@ -12,7 +12,7 @@ from torch import nn
 
 from rnnlm.models.language_model import ModelConfig, RecurrentLM, build_model, count_parameters, summary
 from rnnlm.params import load_params
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, cell_configs
 
 PARAMS = load_params(REPO_ROOT / "params.yaml")
 EXACT_COUNTS = {
@@ -50,12 +50,9 @@ def test_no_pytorch_recurrent_modules_anywhere():
     assert offenders == []
 
 
-CONFIGS = [
-    ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=2),
-    ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=3, dropout=0.2, dropout_mode="between"),
-    ModelConfig("lstm", vocab_size=11, embd=6, hidden=8, layers=2, layer_norm=True),
-    ModelConfig("rnn", vocab_size=11, embd=5, hidden=7, layers=1),
-]
+CONFIGS = [*cell_configs(), *cell_configs({"layers": 3, "dropout": 0.2, "dropout_mode": "between", "layer_norm": True},
+                                          embd=5, hidden=7)]
+LSTM = ModelConfig("lstm", vocab_size=11, embd=6, hidden=8, layers=2, layer_norm=True)
 
 
 def _model(config: ModelConfig) -> RecurrentLM:
@@ -63,7 +60,7 @@ def _model(config: ModelConfig) -> RecurrentLM:
     return RecurrentLM(config).double().eval()
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}-{c.hidden}")
 def test_stateful_incremental_equals_one_full_forward(config):
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (3, 20))
@@ -92,7 +89,7 @@ def _readable_forward(model: RecurrentLM, tokens):
     return model.head(x)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}-{c.hidden}")
 def test_forward_and_gradients_equal_the_readable_model(config, backend):
     """The folded first-layer table and the scans' backward change nothing but rounding."""
     model = _model(config)
@@ -110,7 +107,7 @@ def test_forward_and_gradients_equal_the_readable_model(config, backend):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}-{c.hidden}")
 def test_float32_forward_and_gradients_match_float64(config, backend):
     """Training runs in float32, where the products go through the chosen GEMM (MKL or oneDNN) and
     the compiled loops take their vector code: logits and every gradient against float64."""
@@ -130,7 +127,7 @@ def test_float32_forward_and_gradients_match_float64(config, backend):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}")
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.cell}-{c.layers}-{c.hidden}")
 def test_stateless_step_sees_only_its_token(config):
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (2, 9))
@@ -144,7 +141,7 @@ def test_stateless_step_sees_only_its_token(config):
 
 
 def test_zero_state_equals_none():
-    config = CONFIGS[2]
+    config = LSTM
     model = _model(config)
     tokens = torch.randint(0, config.vocab_size, (2, 5))
     zeros = tuple((torch.zeros(2, 8, dtype=torch.float64),) * 2 for _ in range(config.layers))
@@ -164,7 +161,7 @@ def test_training_mode_drops_and_eval_does_not():
 
 
 def test_state_of_the_wrong_depth_is_refused():
-    model = _model(CONFIGS[0])
+    model = _model(ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=2))
     with pytest.raises(ValueError, match="state has 1 layers, the model 2"):
         model(torch.zeros(1, 2, dtype=torch.long), (torch.zeros(1, 8),))
 

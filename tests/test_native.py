@@ -19,17 +19,30 @@ from rnnlm.models.cells.base import loops_for
 def fresh_build_cache():
     """Forget this process's loaded build before and after the test (the disk cache stays)."""
     native.compiled.cache_clear()
+    backend._compiled.cache_clear()
     yield
     native.compiled.cache_clear()
+    backend._compiled.cache_clear()
 
 
 @pytest.mark.parametrize("name", CELLS)
-def test_cpu_tensors_get_every_registered_cells_compiled_loops(name):
+def test_cpu_tensors_get_each_cells_compiled_loops_and_a_cell_without_them_its_python_loops(name):
     spec = CELLS[name]
     assert backend.backend_for(torch.device("cpu")) == "cpp"
-    loops = loops_for(spec, torch.zeros(1))
     compiled = native.compiled()
-    assert loops == tuple(getattr(compiled, f"{name}_{field}") for field in loops._fields)
+    has_source = (native.CELLS_DIR / f"{name}.cpp").is_file()
+    assert backend.has_compiled_loops(compiled, name) == has_source  # the build found its .cpp by itself
+    if has_source:
+        loops = loops_for(spec, torch.zeros(1))
+        assert loops == tuple(getattr(compiled, f"{name}_{field}") for field in loops._fields)
+    else:
+        backend._missing.cache_clear()
+        with pytest.warns(UserWarning, match=f"the cell '{name}' has no compiled loops .*; it runs its Python loops"):
+            assert loops_for(spec, torch.zeros(1)) is spec.python_loops
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert loops_for(spec, torch.zeros(1)) is spec.python_loops  # said once
+        assert backend.compiled_for(torch.device("cpu"), name) is None  # so sampling steps in Python too
     assert all(callable(f) for f in spec.python_loops)
 
 
@@ -86,7 +99,7 @@ def test_every_registered_cell_is_a_source_and_the_build_reads_copies_at_a_fixed
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
     native.compiled()
     sources = [Path(s) for s in calls[0]["sources"]]
-    assert {path.name for path in sources} >= {spec.cpp_source.name for spec in CELLS.values()}
+    assert {path.name for path in sources} >= {path.name for path in native.CELLS_DIR.glob("*.cpp")}
     assert all(path.is_relative_to(tmp_path) and path.exists() for path in sources)
     staged_header = sources[0].parent / "kernels.h"
     assert staged_header.read_text() == (native.PACKAGE / "models" / "cells" / "kernels.h").read_text()
@@ -94,7 +107,8 @@ def test_every_registered_cell_is_a_source_and_the_build_reads_copies_at_a_fixed
 
 def test_an_unknown_cell_is_refused_by_the_compiled_stepper():
     compiled = native.compiled()
-    with pytest.raises(RuntimeError, match="unknown cell bogus; the compiled cells are gru, lstm, rnn"):
+    known = ", ".join(sorted(name for name in CELLS if backend.has_compiled_loops(compiled, name)))
+    with pytest.raises(RuntimeError, match=f"unknown cell bogus; the compiled cells are {known}"):
         compiled.Stepper("bogus", torch.zeros(3, 3), [], [], [[]], None, None, 0.0, torch.zeros(1, 3), torch.zeros(3))
 
 
@@ -163,12 +177,23 @@ def test_a_gemm_choice_is_named_as_the_environment_variable_takes_it():
 
 def test_the_environment_variable_reaches_the_switch(monkeypatch):
     monkeypatch.setenv("RNNLM_GEMM", "mkl")
-    assert backend.gemm_for(torch.device("cpu")) == ("mkl", "mkl")
+    assert backend.machine_gemm() == ("mkl", "mkl")
     monkeypatch.setenv("RNNLM_GEMM", "onednn")
-    assert backend.gemm_for(torch.device("cpu")) == ("onednn", "onednn")
+    assert backend.machine_gemm() == ("onednn", "onednn")
     monkeypatch.setenv("RNNLM_GEMM", "mkl:onednn")
-    assert backend.gemm_for(torch.device("cpu")) == ("mkl", "onednn")
+    assert backend.machine_gemm() == ("mkl", "onednn")
     assert backend.gemm_for(torch.device("meta")) is None
+
+
+def test_use_gemm_is_the_one_switch_for_python_and_the_compiled_code(gemm):
+    compiled = backend.compiled_for(torch.device("cpu"))  # told the machine's choice when loaded
+    machine = backend.gemm_for(torch.device("cpu"))
+    assert compiled.gemm() == machine.step and compiled.min_onednn_macs() == backend.MIN_ONEDNN_MACS
+    other = backend.Gemms("onednn", "mkl" if machine.step == "onednn" else "onednn")
+    assert backend.use_gemm(other) is None  # it replaced the machine's own choice
+    assert backend.gemm_for(torch.device("cpu")) == other and compiled.gemm() == other.step
+    assert backend.use_gemm(None) == other
+    assert backend.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.step
 
 
 def test_the_cpu_features_are_read_from_the_machine():
@@ -181,7 +206,7 @@ def test_the_cpu_features_are_read_from_the_machine():
 
 
 @pytest.mark.parametrize("gemms", [("mkl", "mkl"), ("onednn", "onednn"), ("mkl", "onednn")])
-def test_each_kind_of_product_follows_its_library(gemms, monkeypatch):
+def test_each_kind_of_product_follows_its_library(gemms, gemm):
     """The switch reaches every product: a float32 scan's per-step products and the sampling step
     (C++), and the large products with their gradients (Python) call the chosen library's op for
     their kind (as the profiler sees them), and give the numbers of the float64 reference."""
@@ -190,13 +215,13 @@ def test_each_kind_of_product_follows_its_library(gemms, monkeypatch):
     from rnnlm.models.cells import gru
     from rnnlm.models.products import linear, t_mm
 
-    choice = backend.Gemms(*gemms)
-    monkeypatch.setattr(backend, "gemm_for", lambda device: choice)
+    choice = gemm(backend.Gemms(*gemms))
     torch.manual_seed(0)
     products, h0 = torch.randn(16, 8, 3 * 64), torch.randn(8, 64)
     weight_hh, bias = torch.randn(3 * 64, 64) * 0.2, torch.randn(3 * 64)
     loops = loops_for(CELLS["gru"], products)
-    assert native.compiled().gemm() == choice.step
+    assert native.compiled().gemm() == choice.step  # the one call handed the choice and the threshold over
+    assert native.compiled().min_onednn_macs() == backend.MIN_ONEDNN_MACS
     ops = {"mkl": {"mkl::_mkl_linear", "aten::mm", "aten::addmm"}, "onednn": {"mkldnn::_linear_pointwise"}}
 
     def used(fn) -> set[str]:
@@ -226,14 +251,14 @@ def test_each_kind_of_product_follows_its_library(gemms, monkeypatch):
 
 
 @pytest.mark.parametrize("matmul", [True, False], ids=["onednn-matmul", "onednn-linear"])
-def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch):
+def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm):
     """a^T b and c + a^T b through oneDNN, on both of its routes: its matmul (a CPU with AVX-512) and
     its linear op with a copied operand (the route where PyTorch refuses float32 to the matmul)."""
     from rnnlm.models.products import t_addmm, t_mm
 
     if matmul and not backend.onednn_matmul_available():
         pytest.skip("PyTorch's oneDNN matmul takes no float32 on this CPU (no AVX-512)")
-    monkeypatch.setattr(backend, "gemm_for", lambda device: backend.Gemms("onednn", "onednn"))
+    gemm("onednn")
     monkeypatch.setattr(backend, "onednn_matmul_available", lambda: matmul)
     torch.manual_seed(0)
     a, b, c = torch.randn(2048, 96), torch.randn(2048, 80), torch.randn(96, 80)
@@ -246,4 +271,4 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch):
 
 def test_an_unknown_gemm_is_refused_by_the_compiled_module():
     with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
-        native.compiled().set_gemm("blis")
+        native.compiled().set_gemm("blis", backend.MIN_ONEDNN_MACS)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+
+from rnnlm.models.cells import CELLS
 import yaml
 
 from rnnlm.errors import ParamsError
@@ -80,7 +82,8 @@ def _delete(raw: dict, path: str) -> None:
         ("models.astra_alpha.steps_per_epoch", 0, "models.astra_alpha.steps_per_epoch: expected a positive integer, got 0"),
         ("models.astra_alpha.dropout", 1.0, "models.astra_alpha.dropout: expected a number in [0, 1), got 1.0"),
         ("models.astra_alpha.dropout", -0.1, "models.astra_alpha.dropout: expected a number in [0, 1), got -0.1"),
-        ("models.astra_alpha.cell", "transformer", "models.astra_alpha.cell: expected one of 'gru', 'lstm', 'rnn', 'mlp', got 'transformer'"),
+        ("models.astra_alpha.cell", "transformer", "models.astra_alpha.cell: expected one of "
+         + ", ".join(repr(name) for name in (*CELLS, "mlp")) + ", got 'transformer'"),
         ("models.astra_alpha.layer_norm", "yes", "models.astra_alpha.layer_norm: expected true or false, got 'yes'"),
         ("train.seq_len", 1, "train.seq_len: expected an integer of at least 2, got 1"),
         ("train.batch_size", 0, "train.batch_size: expected a positive integer, got 0"),

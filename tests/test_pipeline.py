@@ -9,11 +9,7 @@ import re
 import pytest
 import torch
 
-from tests.conftest import make_dvc_repo, run, synthetic_play
-
-
-def _small(params: dict) -> None:
-    params["tokenizer"]["vocab_size"] = 100
+from tests.conftest import make_dvc_repo, run, small_tokenizer, synthetic_play, tiny_models
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +46,7 @@ def test_mirror_variable_feeds_the_download(tmp_path):
 
 def test_bad_params_stop_dvc_repro_with_the_key(tmp_path):
     def broken(params):
-        _small(params)
+        small_tokenizer(params)
         params["data"]["train_fraction"] = 1.5
 
     root = make_dvc_repo(tmp_path / "repo", synthetic_play(30_000), broken)
@@ -58,16 +54,6 @@ def test_bad_params_stop_dvc_repro_with_the_key(tmp_path):
     assert done.returncode != 0
     assert "error: data.train_fraction: expected a number strictly between 0 and 1, got 1.5" in done.stderr + done.stdout
     assert not (root / "data/prepared").exists()
-
-
-def _tiny_models(params: dict) -> None:
-    """Every model the tests train made tiny: seconds per run on a CPU."""
-    _small(params)
-    params["train"].update({"batch_size": 4, "seq_len": 16, "device": "cpu"})
-    # the context curve at 4 lengths and 100 targets: its full size alone took 8 s of each evaluate stage
-    params["evaluate"].update({"context_targets": 100, "context_lengths": [1, 2, 4, 8]})
-    for name in ("astra_alpha", "rnn_alpha", "scribe_alpha", "leviathan"):
-        params["models"][name].update({"embd": 8, "hidden": 12, "layers": 1, "epochs": 2, "steps_per_epoch": 3})
 
 
 def _select(root, name: str) -> None:
@@ -81,7 +67,7 @@ def _metrics(root) -> dict:
 
 @pytest.fixture(scope="module")
 def train_repo(tmp_path_factory):
-    root = make_dvc_repo(tmp_path_factory.mktemp("train") / "repo", synthetic_play(30_000), _tiny_models)
+    root = make_dvc_repo(tmp_path_factory.mktemp("train") / "repo", synthetic_play(30_000), tiny_models)
     run(["dvc", "repro"], root)
     return root
 
@@ -164,7 +150,7 @@ def test_exp_run_selects_a_model_and_exp_show_lists_it(train_repo):
 def test_stages_import_the_library_of_their_own_checkout(tmp_path):
     """A queued experiment runs a temporary copy of its commit: its stages must not import the
     library that `pip install -e .` points at, but the copy's own src/."""
-    root = make_dvc_repo(tmp_path / "repo", synthetic_play(30_000), _tiny_models)
+    root = make_dvc_repo(tmp_path / "repo", synthetic_play(30_000), tiny_models)
     init = root / "src/rnnlm/__init__.py"
     init.write_text(init.read_text() + "\nimport pathlib\npathlib.Path('imported-from-this-checkout').touch()\n")
     run(["dvc", "repro", "download"], root)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from rnnlm.params import GenerateParams
 from rnnlm.reporting.generation_record import GenerationRun, Sample
 from rnnlm.reporting.generation_markdown import to_markdown
-
-SETTINGS = GenerateParams(prompts=("ROMEO: ", "KING: ", "FIRST CITIZEN: "), max_new_tokens=30, temperature=0.8,
-                          top_k=5, top_k_temperature=1.0, top_p=0.9, top_p_temperature=1.0)
-
+from tests.conftest import METRICS, SETTINGS
 
 def test_markdown_sets_the_modes_side_by_side_and_escapes_html():
     run = GenerationRun(
@@ -23,18 +19,6 @@ def test_markdown_sets_the_modes_side_by_side_and_escapes_html():
     assert "## Prompt `A: `" in text and "### greedy" in text
 
 
-METRICS = {
-    "val_chars": 1000, "val_tokens": 999, "stateful_bpc": 2.39, "stateless_bpc": 3.76, "bigram_bpc": 3.59,
-    "stateless_minus_bigram_bpc": 0.17,
-    "context_targets": 2000, "context_carried_bpc": 2.40, "context_horizon": 16, "context_horizon_range": [8, 32],
-    "context_horizon_tolerance": 0.01, "context_curve_bpc": {"1": 3.70, "16": 2.41, "64": 2.40},
-    "context_curve_se_bpc": {"1": 0.05, "16": 0.001, "64": 0.0}, "context_curve_chars": {"1": 1.0, "16": 16.0, "64": 64.0},
-    "reset_curve_bpc": {"1": 3.76, "128": 2.41, "never": 2.39},
-    "ngram_bpc": {"unigram": 4.83, "bigram": 3.59, "5gram": 2.44},
-    "text": {mode: {"known_word_share": 0.5, "distinct_1": 0.7, "distinct_2": 0.8, "distinct_3": 0.9,
-                    "repeated_4gram_share": 0.1, "char_loglik": -2.0, "speaker_line_share": None}
-             for mode in ("stateless", "stateful", "validation")},
-}
 
 
 def test_measures_come_first_as_tables():

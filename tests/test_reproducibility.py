@@ -12,8 +12,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import make_dvc_repo, run, synthetic_play
-from tests.test_pipeline import _tiny_models
+from tests.conftest import make_dvc_repo, run, synthetic_play, tiny_models
 
 OUTPUTS = ["reports/metrics.json", "reports/generations.json", "reports/generations.md",
            "reports/plots/reset_curve.csv", "models/model.pt", "models/tokenizer/spm.model", "data/prepared/val.txt"]
@@ -31,7 +30,7 @@ def _edit_params(root, edit) -> None:
 
 @pytest.fixture(scope="module")
 def done_repo(tmp_path_factory):
-    root = make_dvc_repo(tmp_path_factory.mktemp("trust") / "repo", synthetic_play(30_000), _tiny_models)
+    root = make_dvc_repo(tmp_path_factory.mktemp("trust") / "repo", synthetic_play(30_000), tiny_models)
     run(["dvc", "repro"], root)
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "complete run"], root)

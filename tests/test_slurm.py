@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from rnnlm.study.slurm import slurm_states
-from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play
-from tests.test_pipeline import _tiny_models
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play, tiny_models
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol")
 
@@ -85,7 +84,7 @@ def cluster(tmp_path_factory):
 
 
 def _tiny(params: dict) -> None:
-    _tiny_models(params)
+    tiny_models(params)
     params["generate"]["max_new_tokens"] = 10
 
 

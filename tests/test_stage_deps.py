@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.import_graph import library_files
+from tests.import_graph import import_cycles, library_files
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 
@@ -56,3 +56,8 @@ def test_a_stage_that_runs_more_than_its_deps_fails_this_check(tmp_path):
     deps = [dep for dep in STAGES["train"]["deps"] if dep != "src/rnnlm/models"]
     files = library_files(_script(STAGES["train"]))
     assert any(not _covered(path, deps) and path.suffix == ".cpp" for path in files)
+
+
+def test_the_library_has_no_import_cycle():
+    """Imports inside functions count (they only hide a cycle); `if TYPE_CHECKING:` ones do not."""
+    assert import_cycles() == []

@@ -7,26 +7,15 @@ import torch
 
 from rnnlm.models.language_model import ModelConfig, RecurrentLM
 from rnnlm.inference.stepping import Stepper
+from tests.conftest import cell_configs, randomised_model
 
-CONFIGS = [
-    ModelConfig("gru", vocab_size=11, embd=6, hidden=8, layers=3),
-    ModelConfig("lstm", vocab_size=11, embd=6, hidden=8, layers=2, layer_norm=True),
-    ModelConfig("rnn", vocab_size=11, embd=5, hidden=7, layers=2),
-]
-
-
-def _model(config: ModelConfig) -> RecurrentLM:
-    torch.manual_seed(0)
-    model = RecurrentLM(config).double().eval()
-    with torch.no_grad():  # biases away from their zero init, so that folding them is tested
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model
+CONFIGS = cell_configs({"layers": 3, "layer_norm": True})
+LSTM = ModelConfig("lstm", vocab_size=11, embd=6, hidden=8, layers=2, layer_norm=True)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
 def test_steps_equal_the_model_token_by_token(config, backend):
-    model = _model(config)
+    model = randomised_model(config)
     tokens = torch.randint(0, config.vocab_size, (4, 15))
     state, expected_state = _step_through(Stepper(model), model, tokens, rtol=1e-12, atol=1e-12)
     for a, b in zip(state, expected_state):
@@ -50,7 +39,7 @@ def test_float32_steps_match_the_float64_model(config, backend):
     """Sampling runs in float32, where the compiled steps take their vector code path; 37 hidden
     units leave a vector tail at every width."""
     config = ModelConfig(config.cell, config.vocab_size, config.embd, 37, config.layers, layer_norm=config.layer_norm)
-    model = _model(config)
+    model = randomised_model(config)
     _step_through(Stepper(_as_float32(model)), model, torch.randint(0, config.vocab_size, (3, 10)), rtol=1e-4, atol=1e-5)
 
 
@@ -63,7 +52,7 @@ def _as_float32(model: RecurrentLM) -> RecurrentLM:
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.cell)
 def test_a_step_continues_a_state_made_by_the_model(config, backend):
     """Stateful sampling feeds the prompt through the model and continues with steps."""
-    model = _model(config)
+    model = randomised_model(config)
     tokens = torch.randint(0, config.vocab_size, (2, 8))
     with torch.no_grad():
         full, _ = model(tokens)
@@ -73,7 +62,7 @@ def test_a_step_continues_a_state_made_by_the_model(config, backend):
 
 
 def test_no_state_means_zeros_and_batch_one_works(backend):
-    model = _model(CONFIGS[1])
+    model = randomised_model(LSTM)
     step = Stepper(model)
     token = torch.tensor([3])
     zeros = tuple((torch.zeros(1, 8, dtype=torch.float64),) * 2 for _ in range(2))
@@ -83,7 +72,7 @@ def test_no_state_means_zeros_and_batch_one_works(backend):
 
 
 def test_the_stepper_reads_the_matrices_in_place_and_a_new_one_sees_new_weights():
-    model = _model(CONFIGS[0])
+    model = randomised_model(CONFIGS[0])
     step = Stepper(model)
     assert step.head_t.data_ptr() == model.head.weight.data_ptr()  # a view, not a copy
     before = step(torch.tensor([1]))[0]

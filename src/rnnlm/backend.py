@@ -1,4 +1,5 @@
-"""The one switch that decides which loops run the recurrences, per device. Everything asks it.
+"""The one switch that decides which loops run the recurrences and which GEMM runs the products.
+Everything asks it.
 
 Backends:
 - "cpp": the compiled C++ loops (`rnnlm.native`): on the CPU, when the build succeeds;
@@ -7,9 +8,11 @@ Backends:
 - "python": the cells' Python loops over ATen calls: the reference, and what runs everywhere else
   (other devices, `RNNLM_NATIVE=0`, a failed build, no Triton; each failure warns once).
 
-`backend_for(device)` decides; `loops(...)` hands a cell its loops for a device (cells call it
-through `rnnlm.models.cells.base.loops_for`); `compiled_for(device)` gives the compiled module
-(the whole-model sampling step and generation loop) when "cpp" runs.
+`backend_for(device)` decides; `loops(spec, device)` hands a cell its loops for a device (cells call
+it through `rnnlm.models.cells.base.loops_for`): a cell without compiled or Triton loops of its own
+gets its Python loops, with one note saying so; `compiled_for(device, cell)` gives the compiled
+module (the whole-model sampling step and generation loop) where "cpp" runs and the cell has
+compiled loops.
 
 The float32 matrix products on the CPU go through one of the two GEMM libraries PyTorch ships,
 MKL or oneDNN, both exact float32. There are two kinds of product, and `gemm_for(device)` gives a
@@ -18,31 +21,28 @@ library for each (a `Gemms`):
 - `large`: the products over all T*B rows of a sequence (each layer's input products, the output
   layer, the weight gradients: `rnnlm.models.products`), most of a training step's work;
 - `step`: the products of one time step, B rows (the scans' hidden-side products, every product
-  of the sampling step: the compiled loops, told through `set_gemm`, and the Python stepper).
+  of the sampling step: the compiled loops and the Python stepper).
 
-The rule (`choose_gemm`), from the CPU's vendor and whether it has AVX-512:
+`onednn_for(tensor, macs, step)` says whether one product runs through oneDNN: float32 on the
+CPU, oneDNN chosen for its kind, and at least `MIN_ONEDNN_MACS` multiply-adds. That rule and that
+threshold are here only; the compiled code receives both in one call, when it is first loaded and
+whenever `use_gemm` changes the choice.
+
+The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (measured per machine
+in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
 
 - `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
-- an Intel CPU: MKL for both. MKL is Intel's own and uses every instruction set there; on an
-  Intel Xeon with AVX-512 it was the faster of the two for both kinds (4096^2: 298-339 against
-  280-309 GFLOP/s; 64 rows by Leviathan's 1024 x 4096, packed: 282 against 260), and our training
-  step with MKL for both was the fastest of the four choices or within 0.1% of it for every model
-  in nine rounds (`reports/speed/gemm-choices-intel-xeon-avx512.md`; five rounds had put
-  oneDNN:MKL ahead for astra_gamma, by the VM's noise);
-- another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both. MKL does not use
-  AVX-512 on such a CPU; oneDNN does (a 4096^2 product at 2.2x MKL's rate on an AMD EPYC);
+- an Intel CPU: MKL for both, Intel's own library;
+- another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
+  AVX-512 there and oneDNN does;
 - another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
-  the per-step ones. Both libraries run AVX2 there; MKL's large products were faster (4096^2: 145
-  against 122 GFLOP/s on an AMD EPYC without AVX-512) and oneDNN's narrow ones (64 rows by Leviathan's
-  1024 x 4096: 105 against 77-82; one row: 29 against 7-14). oneDNN's matmul, which reads a
-  transposed operand in place, also refuses float32 without AVX-512 there (`rnnlm.models.products`
-  then copies the operand).
+  the per-step ones, each the faster there. oneDNN's matmul, which reads a transposed operand in
+  place, also refuses float32 without AVX-512 there (`rnnlm.models.products` then copies it).
 
 Either library falls back to the other when the PyTorch build lacks it. The same CPU always gives
-the same choice, so a machine's runs repeat themselves bit for bit.
-
-Tests choose a backend by replacing `backend_for`, and a GEMM by replacing `gemm_for` (fixtures in
-`tests/conftest.py`).
+the same choice, so a machine's runs repeat themselves bit for bit. `use_gemm(gemms)` overrides the
+choice for the whole process (tests and benchmarks); tests choose a backend by replacing
+`backend_for` (fixtures in `tests/conftest.py`).
 """
 
 from __future__ import annotations
@@ -62,6 +62,12 @@ from rnnlm.errors import RnnlmError
 BACKENDS = ("python", "cpp", "triton")
 GEMMS = ("mkl", "onednn")
 GEMM_ENV = "RNNLM_GEMM"
+CPU = torch.device("cpu")
+
+MIN_ONEDNN_MACS = 2**19
+"""Products with fewer multiply-adds stay on MKL even where oneDNN is chosen: a small product is
+latency-bound, and oneDNN's call costs more than MKL's on its own (near 2^19 the two cross at batch
+1). The one place this number lives."""
 
 
 def enabled() -> bool:
@@ -73,7 +79,7 @@ def backend_for(device: torch.device) -> str:
     """The backend that runs the loops on `device`: "cpp", "triton" or "python" (see the module doc)."""
     if not enabled():
         return "python"
-    if device.type == "cpu" and native.compiled() is not None:
+    if device.type == "cpu" and _compiled() is not None:
         return "cpp"
     if device.type == "cuda" and triton_available():
         return "triton"
@@ -91,27 +97,62 @@ def triton_available() -> bool:
     return True
 
 
+@cache
+def _compiled() -> ModuleType | None:
+    """The compiled module (None when it did not build), told the CPU's GEMM choice when first loaded."""
+    module = native.compiled()
+    if module is not None:
+        module.set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS)
+    return module
+
+
+def has_compiled_loops(module: ModuleType, cell: str) -> bool:
+    """Whether the compiled module holds the loops of `cell` (its .cpp file registered them)."""
+    return hasattr(module, f"{cell}_forward")
+
+
+@cache
+def _missing(cell: str, what: str) -> None:
+    warnings.warn(f"rnnlm: the cell {cell!r} has no {what}; it runs its Python loops there", stacklevel=3)
+
+
+def _triton_loops(spec):
+    """The Triton loops of the cell `spec`, or None when it has none (its module is absent)."""
+    if spec.triton_module is None:
+        return None
+    try:
+        return importlib.import_module(spec.triton_module).LOOPS
+    except ModuleNotFoundError as error:
+        if error.name != spec.triton_module:
+            raise
+        return None
+
+
 def loops(spec, device: torch.device):
     """The loops (forward, backward, step) of the cell `spec` (a `CellSpec`) for `device`: the
     compiled functions its C++ file registered (`NAME_forward`, ...), its Triton module's `LOOPS`,
-    or its Python loops."""
+    or its Python loops (with one note when the backend has none for this cell)."""
     backend = backend_for(device)
     if backend == "cpp":
-        module = native.compiled()
-        module.set_gemm(gemm_for(device).step)
-        return type(spec.python_loops)(*(getattr(module, f"{spec.name}_{f}") for f in spec.python_loops._fields))
-    if backend == "triton":
-        return importlib.import_module(spec.triton_module).LOOPS
+        module = _compiled()
+        if has_compiled_loops(module, spec.name):
+            return type(spec.python_loops)(*(getattr(module, f"{spec.name}_{f}") for f in spec.python_loops._fields))
+        _missing(spec.name, "compiled loops (no .cpp file of its own)")
+    elif backend == "triton":
+        found = _triton_loops(spec)
+        if found is not None:
+            return found
+        _missing(spec.name, "Triton loops (no _triton.py module of its own)")
     return spec.python_loops
 
 
-def compiled_for(device: torch.device) -> ModuleType | None:
-    """The compiled module when the "cpp" backend runs on `device` (its GEMM set), else None."""
+def compiled_for(device: torch.device, cell: str | None = None) -> ModuleType | None:
+    """The compiled module when the "cpp" backend runs on `device` (and, given a `cell`, holds its
+    loops), else None."""
     if backend_for(device) != "cpp":
         return None
-    module = native.compiled()
-    module.set_gemm(gemm_for(device).step)
-    return module
+    module = _compiled()
+    return module if cell is None or has_compiled_loops(module, cell) else None
 
 
 class Gemms(NamedTuple):
@@ -120,18 +161,63 @@ class Gemms(NamedTuple):
     large: str  # the products over all T*B rows of a sequence
     step: str  # the products of one time step (B rows)
 
+    @classmethod
+    def parse(cls, text: str) -> Gemms:
+        """"mkl", "onednn" or "LARGE:STEP", as RNNLM_GEMM takes them."""
+        parts = text.split(":")
+        if len(parts) > 2 or any(part not in GEMMS for part in parts):
+            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two of them as LARGE:STEP (say mkl:onednn)")
+        return cls(parts[0], parts[-1])
+
     def __str__(self) -> str:
         """"mkl", "onednn", or "LARGE:STEP" when the two differ: the form RNNLM_GEMM takes, and what
         the training metrics record."""
         return self.large if self.large == self.step else f"{self.large}:{self.step}"
 
 
+_chosen: Gemms | None = None
+"""The choice `use_gemm` made for this process, None for the machine's rule."""
+
+
 def gemm_for(device: torch.device) -> Gemms | None:
-    """The float32 GEMMs of the products on `device` (the rule in the module doc); None off the
-    CPU (CUDA runs cuBLAS)."""
+    """The float32 GEMMs of the products on `device`: what `use_gemm` chose, else the machine's
+    (`machine_gemm`, read once per process); None off the CPU (CUDA runs cuBLAS)."""
     if device.type != "cpu":
         return None
+    return _chosen or _process_gemm()
+
+
+def machine_gemm() -> Gemms:
+    """The rule's choice for this CPU, RNNLM_GEMM as it is set now."""
     return _cpu_gemm(os.environ.get(GEMM_ENV, ""))
+
+
+@cache
+def _process_gemm() -> Gemms:
+    return machine_gemm()
+
+
+def use_gemm(gemms: Gemms | None) -> Gemms | None:
+    """Run the CPU's float32 products through `gemms` from now on, in this process, in the Python
+    products and the compiled code at once (None: the machine's own choice again); returns the
+    choice it replaces (None: the machine's), to hand back to it afterwards."""
+    global _chosen
+    previous, _chosen = _chosen, gemms
+    if _compiled.cache_info().currsize and _compiled() is not None:  # loaded already: tell it
+        _compiled().set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS)
+    return previous
+
+
+def onednn_for(tensor: torch.Tensor, macs: int | None, step: bool = False) -> bool:
+    """Whether a float32 product on `tensor` runs through oneDNN: on the CPU, with oneDNN chosen for
+    its kind (one time step's if `step`, else the large products'), and, for a single product of
+    `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's per-step product,
+    whose weight serves every step of the sequence (packed once, `StepProduct` in kernels.cpp), so
+    it takes the chosen library whatever its size."""
+    if tensor.dtype != torch.float32 or (macs is not None and macs < MIN_ONEDNN_MACS):
+        return False
+    gemms = gemm_for(tensor.device)
+    return gemms is not None and (gemms.step if step else gemms.large) == "onednn"
 
 
 @cache
@@ -143,11 +229,7 @@ def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_on
     """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
     AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has."""
     if requested:
-        parts = requested.split(":")
-        if len(parts) > 2 or any(part not in GEMMS for part in parts):
-            raise RnnlmError(f"{GEMM_ENV}={requested}: expected mkl, onednn, or two of them as LARGE:STEP "
-                             "(say mkl:onednn)")
-        preferred = Gemms(parts[0], parts[-1])
+        preferred = Gemms.parse(requested)
     elif vendor == "GenuineIntel":
         preferred = Gemms("mkl", "mkl")
     elif avx512:

@@ -51,7 +51,7 @@ class Stepper:
         self.norm = model.norm
         self.head_t = model.head.weight.T  # (H, V)
         self.head_bias = model.head.bias.clone()
-        native = backend.compiled_for(weights.device)
+        native = backend.compiled_for(weights.device, spec.name)
         self.compiled = None if native is None else native.Stepper(
             spec.name,
             self.table,

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rnnlm.models.products import linear
-from rnnlm.models.cells import LAYERS
+from rnnlm.models.cells import CELLS
 from rnnlm.errors import ParamsError, RnnlmError
 from rnnlm.params import ModelParams
 from rnnlm.models.state import ModelState
@@ -58,10 +58,10 @@ class RecurrentLM(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        if config.cell not in LAYERS:
-            raise ParamsError(f"cell: expected one of {', '.join(LAYERS)}, got {config.cell!r}")
+        if config.cell not in CELLS:
+            raise ParamsError(f"cell: expected one of {', '.join(CELLS)}, got {config.cell!r}")
         self.config = config
-        layer_class = LAYERS[config.cell]
+        layer_class = CELLS[config.cell].layer
         drop_state = config.dropout_mode == "state"
         self.embedding = nn.Embedding(config.vocab_size, config.embd)
         self.layers = nn.ModuleList(

@@ -38,21 +38,6 @@ def _dense_layout(t: Tensor) -> Tensor:
     return t if t.is_contiguous() or t.t().is_contiguous() else t.contiguous()
 
 
-MIN_ONEDNN_MACS = 2**19
-"""Products with fewer multiply-adds stay on ATen's GEMM even where oneDNN is chosen: a small
-product is latency-bound, and oneDNN's call costs about 15 us on its own, MKL's a few (at batch 1
-the two cross near 2^19). The compiled sampling step applies the same rule (kernels.h)."""
-
-
-def uses_onednn(tensor: Tensor, macs: int = MIN_ONEDNN_MACS, step: bool = False) -> bool:
-    """Whether a product of `macs` multiply-adds on `tensor` (float32 on the CPU, with oneDNN chosen
-    for its kind: one time step's if `step`, else the large products') runs through oneDNN."""
-    if tensor.dtype != torch.float32 or macs < MIN_ONEDNN_MACS:
-        return False
-    gemms = backend.gemm_for(tensor.device)
-    return gemms is not None and (gemms.step if step else gemms.large) == "onednn"
-
-
 class _OnednnLinear(torch.autograd.Function):
     """x (M, K) W^T + b through oneDNN, and its gradients through oneDNN too."""
 
@@ -75,11 +60,11 @@ class _OnednnLinear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, step: bool = False) -> Tensor:
     """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three; `step`: a product of one
     time step (the stepper's), which follows the per-step library."""
-    if not uses_onednn(x, x.numel() * weight.shape[0], step):
+    if not backend.onednn_for(x, x.numel() * weight.shape[0], step):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
-    # A one-token product adds its bias after oneDNN's product: fused, a batch-1 product took 8%
-    # longer (AMD EPYC without AVX-512). The compiled step (kernels.cpp, step_linear) does the same,
-    # so the two agree bit for bit; the large products keep it fused.
+    # A one-token product adds its bias after oneDNN's product, which was the faster at batch 1
+    # (reports/speed/cpu-amd-epyc-avx2-family25.md); the compiled step (kernels.cpp, step_linear)
+    # does the same, so the two agree bit for bit. The large products keep it fused.
     out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, None if step else bias)
     if step and bias is not None:
         out = out.add_(bias)
@@ -94,7 +79,7 @@ def t_mm(a: Tensor, b: Tensor) -> Tensor:
 def t_addmm(c: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
     """c (N, K) + a^T b, a (M, N), b (M, K), or a^T b alone when c is None; c may be overwritten
     with the result."""
-    if not uses_onednn(a):
+    if not backend.onednn_for(a, a.shape[0] * a.shape[1] * b.shape[1]):
         return a.T @ b if c is None else torch.addmm(c, a.T, b)
     compiled = backend.compiled_for(a.device)
     if compiled is not None and backend.onednn_matmul_available():  # oneDNN's matmul reads a^T in place

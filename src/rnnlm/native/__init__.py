@@ -2,10 +2,11 @@
 
 Its sources are real translation units, each compiling on its own against one shared header
 (`models/cells/kernels.h`): `models/cells/kernels.cpp` (the hidden-side product, the registry of
-cells), one file per registered cell (`CELLS[name].cpp_source`, which registers its loops under its
-name), `inference/generation.cpp` (a whole model's step, the choice of the next token and the
-generation loop, dispatching each layer to its cell through the registry) and `bindings.cpp` here
-(the Python names). `compiled()` builds or loads them once per process; which loops run where is
+cells), every other `models/cells/*.cpp` (a cell's loops, which register themselves under the cell's
+name: the build finds them by their folder, and a cell without one runs its Python loops),
+`inference/generation.cpp` (a whole model's step, the choice of the next token and the generation
+loop, dispatching each layer to its cell through the registry) and `bindings.cpp` here (the Python
+names). Nothing here imports model code. `compiled()` builds or loads them once per process; which loops run where is
 decided in `rnnlm.backend`, not here.
 
 The first call compiles with the machine's C++ compiler and ninja (about a minute on two cores) into
@@ -33,14 +34,14 @@ import torch
 
 PACKAGE = Path(__file__).parents[1]
 HEADERS = [PACKAGE / "models" / "cells" / "kernels.h"]
+CELLS_DIR = PACKAGE / "models" / "cells"
 
 
 def sources() -> list[Path]:
-    """The translation units, one per file: the shared kernels, each registered cell's, generation, bindings."""
-    from rnnlm.models.cells import CELLS  # here, not at import: the cells ask rnnlm.backend, which imports this
-
-    cells = [spec.cpp_source for spec in CELLS.values()]
-    return [PACKAGE / "models" / "cells" / "kernels.cpp", *cells, PACKAGE / "inference" / "generation.cpp",
+    """The translation units, one per file: the shared kernels, each cell's (its folder's other
+    .cpp files, in name order), generation, bindings."""
+    cells = sorted(path for path in CELLS_DIR.glob("*.cpp") if path.name != "kernels.cpp")
+    return [CELLS_DIR / "kernels.cpp", *cells, PACKAGE / "inference" / "generation.cpp",
             Path(__file__).parent / "bindings.cpp"]
 
 # The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.

@@ -12,7 +12,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             "next token and the generation loop (Python twins: rnnlm/models/cells, rnnlm/inference)";
   for (const auto& [name, kernels] : rnnlm::cell_registry()) kernels.bind(m);
   rnnlm::bind_generation(m);
-  m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM of the products: 'mkl' or 'onednn'");
-  m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM the products use now");
+  m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM of one step's products ('mkl' or 'onednn') and the "
+        "fewest multiply-adds a product needs to go to oneDNN (rnnlm.backend.use_gemm calls it)");
+  m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM of one step's products now");
+  m.def("min_onednn_macs", &rnnlm::min_onednn_macs, "the fewest multiply-adds a product needs to go to oneDNN");
   m.def("onednn_t_addmm", &rnnlm::onednn_t_addmm, "a (M, N), b (M, K) -> c + a^T b (N, K), c updated in place");
 }

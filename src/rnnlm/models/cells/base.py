@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -189,15 +188,15 @@ class Loops(NamedTuple):
 @dataclass(frozen=True)
 class CellSpec:
     """A cell's registry entry: its name in params.yaml (`cell:`), its layer, its sampling step, its
-    Python loops (the reference, and what runs where nothing compiled does), the module of its
-    Triton loops and the C++ file of its compiled loops (which registers itself under `name`)."""
+    Python loops (the reference, and what runs where nothing faster does) and the module of its
+    Triton loops, if it has one. Its compiled loops, if any, come from its `.cpp` file beside it,
+    which the C++ build finds and which registers them under `name` (`rnnlm.native`)."""
 
     name: str
     layer: type[RecurrentLayer]
     layer_step: type[LayerStep]
     python_loops: Loops
-    triton_module: str
-    cpp_source: Path
+    triton_module: str | None = None
 
     @property
     def state_entries(self) -> int:

@@ -10,7 +10,6 @@ Gate order in the fused matrices: r, z, n (the candidate).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -203,5 +202,4 @@ SPEC = CellSpec(
     layer_step=GRUStep,
     python_loops=Loops(forward, backward, step),
     triton_module="rnnlm.models.cells.gru_triton",
-    cpp_source=Path(__file__).with_suffix(".cpp"),
 )

@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <limits>
 
 // PyTorch's own oneDNN matrix product (aten/src/ATen/native/mkldnn/Matmul.cpp: result = beta result +
 // alpha mat1 mat2, operands row-major or transposed, exact float32 unless PyTorch is told otherwise);
@@ -65,6 +66,7 @@ Tensor onednn_linear(const Tensor& x, const Tensor& weight, const std::optional<
 }
 
 std::atomic<Gemm> chosen_gemm{Gemm::mkl};
+std::atomic<int64_t> onednn_from_macs{std::numeric_limits<int64_t>::max()};
 
 bool use_onednn(const Tensor& x) {
   return chosen_gemm.load() == Gemm::onednn && x.scalar_type() == at::kFloat && gemm_ops().onednn_linear;
@@ -74,13 +76,21 @@ bool use_onednn(const Tensor& x) {
 
 Gemm gemm() { return chosen_gemm.load(); }
 
-void set_gemm(const std::string& name) {
+void set_gemm(const std::string& name, int64_t min_onednn_macs) {
   TORCH_CHECK(name == "mkl" || name == "onednn", "unknown GEMM ", name, "; expected mkl or onednn");
   TORCH_CHECK(name == "mkl" || gemm_ops().onednn_linear, "this PyTorch has no oneDNN linear op");
+  TORCH_CHECK(min_onednn_macs >= 0, "min_onednn_macs must not be negative");
+  onednn_from_macs.store(min_onednn_macs);
   chosen_gemm.store(name == "onednn" ? Gemm::onednn : Gemm::mkl);
 }
 
 std::string gemm_name() { return chosen_gemm.load() == Gemm::onednn ? "onednn" : "mkl"; }
+
+int64_t min_onednn_macs() { return onednn_from_macs.load(); }
+
+bool step_uses_onednn(const Tensor& x, const Tensor& w_t) {
+  return use_onednn(x) && x.size(0) * w_t.size(0) * w_t.size(1) >= onednn_from_macs.load();
+}
 
 StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps)
     : weight_(weight), batch_(batch), onednn_(use_onednn(weight)) {
@@ -102,15 +112,13 @@ Tensor StepProduct::operator()(const Tensor& x) const {
   return at::mm(x, weight_.t());
 }
 
-static bool large_enough(const Tensor& x, const Tensor& w_t) { return x.size(0) * w_t.size(0) * w_t.size(1) >= kMinOnednnMacs; }
-
 Tensor step_product(const Tensor& x, const Tensor& w_t) {
-  return use_onednn(x) && large_enough(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), std::nullopt) : at::mm(x, w_t);
+  return step_uses_onednn(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), std::nullopt) : at::mm(x, w_t);
 }
 
 Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t) {
   // The bias added after oneDNN's product, as products.linear adds it to a one-token product (why: there).
-  if (use_onednn(x) && large_enough(x, w_t)) return onednn_linear(x.contiguous(), w_t.t(), std::nullopt).add_(bias);
+  if (step_uses_onednn(x, w_t)) return onednn_linear(x.contiguous(), w_t.t(), std::nullopt).add_(bias);
   return at::addmm(bias, x, w_t);
 }
 

@@ -122,15 +122,19 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 // ---------------------------------------------------------------- products
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
-// where it is built): the `step` library of rnnlm.backend.gemm_for, told to this module by set_gemm
-// when it hands out the compiled loops. PyTorch ships both; MKL does not use AVX-512 on AMD
-// processors, oneDNN does, and its narrow products were the faster on an AMD CPU without AVX-512 too.
+// where it is built), and from how many multiply-adds a product goes to oneDNN when it is chosen:
+// rnnlm.backend decides both (its GEMM rule, its MIN_ONEDNN_MACS) and hands them over in one call,
+// set_gemm. Until then every product runs through MKL.
 enum class Gemm { mkl, onednn };
 
-// The process's choice (MKL until set).
 Gemm gemm();
-void set_gemm(const std::string& name);  // "mkl" or "onednn"
+void set_gemm(const std::string& name, int64_t min_onednn_macs);  // "mkl" or "onednn"
 std::string gemm_name();
+int64_t min_onednn_macs();
+
+// Whether one step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen, and at
+// least min_onednn_macs multiply-adds (the same rule as rnnlm.backend.onednn_for).
+bool step_uses_onednn(const Tensor& x, const Tensor& w_t);
 
 // x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32, W is
 // reordered once into the chosen GEMM's packed layout (about the cost of two products; the ops
@@ -151,10 +155,7 @@ class StepProduct {
 };
 
 // One product of the sampling step, x (B, K) times w_t (K, N), a transposed view of a weight
-// (N, K): through oneDNN when chosen (float32) and the product has at least kMinOnednnMacs
-// multiply-adds, else at::mm. With `bias` (N): plus the bias. A small product is latency-bound:
-// oneDNN's call costs about 15 us on its own, MKL's a few (at batch 1 the two cross near 2^19).
-constexpr int64_t kMinOnednnMacs = int64_t{1} << 19;
+// (N, K): through oneDNN where step_uses_onednn, else at::mm. With `bias` (N): plus the bias.
 Tensor step_product(const Tensor& x, const Tensor& w_t);
 Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t);
 

@@ -7,7 +7,6 @@ Its state has two entries, (h, c). Gate order in the fused matrices: i, f, o, g.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -169,5 +168,4 @@ SPEC = CellSpec(
     layer_step=LayerStep,
     python_loops=Loops(forward, backward, step),
     triton_module="rnnlm.models.cells.lstm_triton",
-    cpp_source=Path(__file__).with_suffix(".cpp"),
 )

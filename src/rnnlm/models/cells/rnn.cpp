@@ -86,9 +86,7 @@ Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::o
 
 // gates_x (B, H), h (B, H), hh_t (H, H) -> the new h (B, H).
 Tensor rnn_step(const Tensor& gates_x, const Tensor& h, const Tensor& hh_t) {
-  if (gemm() == Gemm::mkl || gates_x.scalar_type() != at::kFloat || h.size(0) * hh_t.numel() < kMinOnednnMacs) {
-    return at::addmm(gates_x, h, hh_t).tanh_();
-  }
+  if (!step_uses_onednn(h, hh_t)) return at::addmm(gates_x, h, hh_t).tanh_();
   return step_product(h, hh_t).add_(gates_x).tanh_();
 }
 

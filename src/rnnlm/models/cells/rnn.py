@@ -5,7 +5,6 @@ all three to `RNNCell.step` in float64 (see `base` for what the loops do and why
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -122,5 +121,4 @@ SPEC = CellSpec(
     layer_step=LayerStep,
     python_loops=Loops(forward, backward, step),
     triton_module="rnnlm.models.cells.rnn_triton",
-    cpp_source=Path(__file__).with_suffix(".cpp"),
 )

@@ -1,0 +1,48 @@
+"""A cell is its own files plus one registry line: the softsign RNN of tests/softsign_cell.py, which
+has Python loops only and is registered by tests/conftest.py, trains through the library's training
+loop, samples in both modes and goes through every measure of the evaluate stage. (The equivalence
+tests that run on every registered cell run on it too.)"""
+
+from __future__ import annotations
+
+import math
+
+from rnnlm.data.corpus import character_vocabulary, split_corpus
+from rnnlm.data.tokenizers import CharTokenizer
+from rnnlm.evaluation.evaluate import evaluate
+from rnnlm.inference.sampling import Decoding, generate, make_generator
+from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
+from rnnlm.params import parse_params
+from rnnlm.reporting.generation_run import run_generations
+from rnnlm.training.train import train
+from tests.conftest import synthetic_play
+from tests.softsign_cell import SPEC
+
+
+def test_a_cell_with_python_loops_only_trains_samples_and_is_evaluated(raw_params, tmp_path):
+    text = synthetic_play(12_000)
+    split, tokenizer = split_corpus(text, 0.9), CharTokenizer(character_vocabulary(text))
+    raw_params["models"]["astra_alpha"].update({"cell": SPEC.name, "embd": 8, "hidden": 16, "layers": 2, "epochs": 2,
+                                               "steps_per_epoch": 15, "lr": 1e-2})
+    raw_params["train"].update({"batch_size": 8, "seq_len": 24, "device": "cpu"})
+    raw_params["generate"].update({"max_new_tokens": 12, "prompts": ["ROMEO: "]})
+    raw_params["evaluate"].update({"context_targets": 50, "context_lengths": [1, 4, 16], "reset_every": [1, 4, 16]})
+    params = parse_params(raw_params)  # `cell:` accepts every registered cell
+    result = train(params, "astra_alpha", tokenizer, split.train, split.val, resume_dir=tmp_path, progress=False)
+    losses = [row["val_loss"] for row in result.history.epochs]
+    assert result.checkpoint.model_config.cell == SPEC.name and losses[-1] < math.log(tokenizer.vocab_size)
+
+    model = result.checkpoint.build_model()
+    prompt = tokenizer.encode("ROMEO: ")
+    for mode in ("stateless", "stateful"):
+        ids = generate(model, prompt, mode=mode, decoding=Decoding("top_k", top_k=5), max_new_tokens=10,
+                       generator=make_generator(1))
+        assert ids.shape == (1, 10)
+    checkpoint = tmp_path / "model.pt"
+    save_checkpoint(checkpoint, result.checkpoint)
+    generations = run_generations(load_checkpoint(checkpoint), checkpoint, params.generate, params.seed)
+    metrics, curve, context = evaluate(load_checkpoint(checkpoint), split.train, split.val, generations,
+                                       params.evaluate, params.seed)
+    assert metrics["stateful_bpc"] < metrics["stateless_bpc"]  # it learned to use its state
+    assert {"bigram_bpc", "context_horizon", "reset_curve_bpc", "text", "first_epoch"} <= metrics.keys()
+    assert [point.k for point in curve][:3] == [1, 4, 16]

@@ -25,6 +25,7 @@ provenance) into DIR/<model>.tar.gz; checkpoints stay behind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import io
 import json
@@ -46,7 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import speed  # noqa: E402
+import timing  # noqa: E402
+import training_speed  # noqa: E402
 
 from rnnlm.study.collect import FOLDER  # noqa: E402
 
@@ -70,7 +72,7 @@ def environment() -> dict[str, object]:
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "driver": driver, "gpu_memory": memory, "nvidia_smi_name": name,
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
         # this process leaves glibc's allocator as it is (the stages it runs keep freed memory themselves)
-        "cpu": speed.machine_line(speed.machine(torch.device("cpu"), keeps_memory=False)),
+        "cpu": timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=False)),
         "python": platform.python_version(),
     }
 
@@ -88,13 +90,13 @@ def run_tests(log) -> dict[str, object]:
 
 def run_speed(models: list[str], repeats: int) -> dict[str, object]:
     device = torch.device("cuda")
-    settings = speed.replace(speed.FULL, repeats=repeats)
-    configs = speed.model_configs(str(REPO / "params.yaml"), models, 1)
-    matmul = max(speed.matmul_gflops(settings.matmul_size, settings.repeats, device).values())
+    settings = dataclasses.replace(timing.FULL, repeats=repeats)
+    configs = timing.model_configs(str(REPO / "params.yaml"), models, 1)
+    matmul = max(timing.matmul_gflops(settings.matmul_size, settings.repeats, device).values())
     rows, errors = [], {}
     for name, config in configs.items():
         try:
-            measured = speed.benchmark_training(name, config, settings, device)
+            measured = training_speed.benchmark_training(name, config, settings, device)
         except Exception as error:  # noqa: BLE001 - record it, measure the other shapes
             errors[name] = f"{type(error).__name__}: {error}"
             continue
@@ -154,11 +156,11 @@ def profile(models: list[str]) -> str:
     latency of one per-step product and one elementwise kernel, each replayed 200 times in a graph."""
     device = torch.device("cuda")
     out = []
-    configs = speed.model_configs(str(REPO / "params.yaml"), models, 1)
+    configs = timing.model_configs(str(REPO / "params.yaml"), models, 1)
     for name, config in configs.items():
         data = torch.randint(config.vocab_size, (64, 129), device=device)
         tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-        _, step = speed.our_training_step(config, tokens, targets, device, graph=False)
+        _, step = training_speed.our_training_step(config, tokens, targets, device, graph=False)
         for _ in range(3):
             step()
         torch.cuda.synchronize()

@@ -85,6 +85,24 @@ class StepByStepRNNCell(_StepByStepCell):
 
 
 _CELLS = {"gru": StudyGRUCell, "lstm": StepByStepLSTMCell, "rnn": StepByStepRNNCell}
+_TORCH = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}  # the yardsticks; the library names none of these
+
+
+def yardsticks(config: ModelConfig) -> dict[str, nn.Module]:
+    """The reference implementations that exist for `config`'s cell: "step-by-step" (the study's way)
+    and "PyTorch" (its own recurrent layer); none for a cell that has neither (the benchmark then
+    times ours beside its products alone)."""
+    found: dict[str, nn.Module] = {}
+    if config.cell in _CELLS:
+        found["step-by-step"] = StepByStepLM(config)
+    if config.cell in _TORCH:
+        found["PyTorch"] = TorchLM(config)
+    return found
+
+
+def torch_name(cell: str) -> str | None:
+    """"nn.GRU", "nn.LSTM", "nn.RNN", or None for a cell PyTorch has no layer of."""
+    return f"nn.{_TORCH[cell].__name__}" if cell in _TORCH else None
 
 
 class StepByStepLM(nn.Module):
@@ -129,7 +147,7 @@ class TorchLM(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        recurrent = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[config.cell]
+        recurrent = _TORCH[config.cell]
         self.embedding = nn.Embedding(config.vocab_size, config.embd)
         dropout = config.dropout if config.layers > 1 else 0.0
         self.recurrent = recurrent(config.embd, config.hidden, config.layers, batch_first=True, dropout=dropout)

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from rnnlm.models.cells import CELLS
+
 from tests.conftest import REPO_ROOT
 
 
@@ -103,12 +105,12 @@ def test_allocator_part_alone_times_both_steps_in_both_modes(tmp_path):
 
 def test_a_gemm_choice_applies_to_its_call_alone(gemm):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import speed
+    import gemm_choices
     from rnnlm import backend
 
     before = gemm("onednn")
     cpu = torch.device("cpu")
-    seen = speed.under_gemm("mkl:onednn", lambda: (backend.gemm_for(cpu), backend.compiled_for(cpu).gemm()))()
+    seen = gemm_choices.under_gemm("mkl:onednn", lambda: (backend.gemm_for(cpu), backend.compiled_for(cpu).gemm()))()
     assert seen == (("mkl", "onednn"), "onednn")  # through the library's switch: the compiled code too
     assert backend.gemm_for(torch.device("cpu")) == before  # then put back
 
@@ -183,27 +185,50 @@ def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
         assert path in written or str(Path(path).parent) in written, path
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+@pytest.mark.parametrize("cell", CELLS)
 def test_training_products_alone_does_every_product_of_a_step_and_no_other(cell):
     """In float64 every product is a plain ATen one, which the FLOP counter sees: the closure's
     products must add up to three times the forward pass's multiply-adds (forward, input gradients,
     weight gradients), counted here from the model's shapes."""
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import speed
+    import training_speed
     from torch.utils.flop_counter import FlopCounterMode
 
     from rnnlm.models.language_model import ModelConfig, RecurrentLM
 
     config = ModelConfig(cell=cell, vocab_size=11, embd=5, hidden=6, layers=3)
-    gates = {"gru": 3, "lstm": 4, "rnn": 1}[cell] * config.hidden
+    gates = CELLS[cell].layer.cell_class.gates * config.hidden
     batch, steps = 3, 7
     n = batch * steps
     forward = (config.vocab_size * config.embd * gates  # the first layer's table
                + config.layers * n * config.hidden * gates  # hidden side, every layer
                + (config.layers - 1) * n * config.hidden * gates  # input side above the first layer
                + n * config.hidden * config.vocab_size)  # output layer
-    run, macs = speed.training_products_alone(RecurrentLM(config).double(), batch, steps)
+    run, macs = training_speed.training_products_alone(RecurrentLM(config).double(), batch, steps)
     with FlopCounterMode(display=False) as counter:
         run()
     assert macs == 3 * forward
     assert counter.get_total_flops() == 2 * macs
+
+
+def test_a_cell_without_references_is_timed_beside_its_products_alone():
+    """The benchmarks learn what they need of a cell from its spec: the test's softsign cell, which
+    PyTorch has no layer of and the study no step-by-step cell, gets ours, its products alone and
+    the limit, with dashes where a reference would be."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import sampling_speed
+    import timing
+    import training_speed
+
+    from rnnlm.models.language_model import ModelConfig
+
+    config = ModelConfig("softsign_rnn", vocab_size=11, embd=5, hidden=6, layers=2)
+    cpu = torch.device("cpu")
+    limit = timing.measure_limit(16, 1, cpu)
+    rows = training_speed.benchmark_training("softsign", config, timing.QUICK, cpu, limit)
+    assert {r.implementation for r in rows} == {"ours", "products alone", training_speed.LIMIT}
+    table = training_speed.training_table(training_speed.training_records(rows, {"softsign": config}))
+    assert "| softsign | ours |" in table and "| — | — |" in table
+    sampled = sampling_speed.sampling_table(sampling_speed.sampling_records(
+        sampling_speed.benchmark_sampling("softsign", config, timing.QUICK, cpu)))
+    assert "| softsign | 1 | — |" in sampled

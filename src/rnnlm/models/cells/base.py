@@ -197,10 +197,17 @@ class CellSpec:
     layer_step: type[LayerStep]
     python_loops: Loops
     triton_module: str | None = None
+    hidden_products: tuple[int, ...] = ()
+    """The hidden-side products of one step, each in multiples of H output rows (empty: one product
+    of all G*H rows); what a step's products alone cost, for the speed benchmark."""
 
     @property
     def state_entries(self) -> int:
         return self.layer.cell_class.state_entries
+
+    def __post_init__(self) -> None:
+        if not self.hidden_products:  # frozen: set through object's own __setattr__
+            object.__setattr__(self, "hidden_products", (self.layer.cell_class.gates,))
 
 
 def loops_for(spec: CellSpec, tensor: Tensor) -> Loops:

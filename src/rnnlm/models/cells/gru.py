@@ -202,4 +202,5 @@ SPEC = CellSpec(
     layer_step=GRUStep,
     python_loops=Loops(forward, backward, step),
     triton_module="rnnlm.models.cells.gru_triton",
+    hidden_products=(2, 1),  # the candidate's product needs r * h first: r and z's rows, then its own
 )

@@ -1,0 +1,73 @@
+"""`--gemm-choices`: our training step under every GEMM choice (RNNLM_GEMM's values), side by side,
+beside the choice `rnnlm.backend`'s rule makes for this machine: the evidence that the rule picks
+the fastest."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
+from rnnlm import backend  # noqa: E402
+from rnnlm.models.language_model import ModelConfig  # noqa: E402
+
+from timing import Report, Settings, side_by_side  # noqa: E402
+from training_speed import our_training_step  # noqa: E402
+
+
+GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")
+"""Every value of RNNLM_GEMM: one library for both kinds of product, or LARGE:STEP."""
+
+
+def under_gemm(choice: str, fn: Callable[[], object]) -> Callable[[], object]:
+    """fn, run with the GEMM choice `choice` (as RNNLM_GEMM takes it), set through the library's own
+    switch (`rnnlm.backend.use_gemm`) and handed back after."""
+
+    def run() -> object:
+        previous = backend.use_gemm(backend.Gemms.parse(choice))
+        try:
+            return fn()
+        finally:
+            backend.use_gemm(previous)
+
+    return run
+
+
+def benchmark_gemm_choices(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> dict:
+    """Our training step at one model's shape under each GEMM choice, timed side by side, beside the
+    rule's own choice for this machine: which is fastest, and how far the rule's is from it."""
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(config.vocab_size, (settings.batch, settings.seq_len + 1), generator=generator)
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    contenders = {choice: under_gemm(choice, our_training_step(config, tokens, targets, device, graph=False)[1])
+                  for choice in GEMM_CHOICES}
+    medians = side_by_side(contenders, settings.repeats, device)
+    chosen = str(backend.choose_gemm(backend.cpu_vendor(), backend.has_avx512(), "", torch.backends.mkl.is_available(),
+                                     backend.onednn_available()))
+    fastest = min(medians, key=medians.get)
+    return {"model": name, "ms_per_step": {c: 1e3 * t for c, t in medians.items()}, "rule": chosen,
+            "fastest": fastest, "rule_share_of_fastest": medians[fastest] / medians[chosen]}
+
+
+def gemm_choices_table(records: list[dict]) -> str:
+    lines = ["| model | " + " | ".join(f"{c} ms/step" for c in GEMM_CHOICES) + " | the rule's choice | fastest "
+             "| the rule's speed, share of the fastest |", "|---|" + "---:|" * len(GEMM_CHOICES) + "---|---|---:|"]
+    for r in records:
+        times = " | ".join(f"{r['ms_per_step'][c]:,.1f}" for c in GEMM_CHOICES)
+        lines.append(f"| {r['model']} | {times} | {r['rule']} | {r['fastest']} | {100 * r['rule_share_of_fastest']:.0f}% |")
+    return "\n".join(lines)
+
+
+def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
+                         report: Report) -> list[dict]:
+    report.say(f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:STEP, medians of {settings.repeats})\n")
+    records = []
+    for name, config in configs.items():
+        records.append(benchmark_gemm_choices(name, config, settings, device))
+        print(f"  compared GEMMs on {name}", file=sys.stderr, flush=True)
+    report.say(gemm_choices_table(records) + "\n")
+    return records
+

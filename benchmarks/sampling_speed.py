@@ -1,0 +1,138 @@
+"""The sampling benchmark: stateful generation, ours beside the study's cell and PyTorch's layers
+stepped by a Python loop, and the matrix products one step of our model cannot avoid."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
+from rnnlm import backend  # noqa: E402
+from rnnlm.inference.sampling import Decoding, generate, make_generator  # noqa: E402
+from rnnlm.models.language_model import ModelConfig, RecurrentLM  # noqa: E402
+
+from references import sample_like_the_study, yardsticks  # noqa: E402
+from timing import Report, Settings, side_by_side  # noqa: E402
+
+
+def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device: torch.device):
+    """Name -> closure generating `new_tokens` tokens statefully for `batch` samples."""
+    decoding = Decoding("temperature", temperature=1.0)
+    ours = RecurrentLM(config).to(device).eval()
+    references = {name: model.to(device).eval() for name, model in yardsticks(config).items()}
+
+    def stepwise(model) -> Callable[[], None]:
+        @torch.no_grad()
+        def run() -> None:
+            generator = make_generator(0, device)
+            token = torch.zeros(batch, dtype=torch.long, device=device)
+            state = None
+            for _ in range(new_tokens):
+                logits, state = model.step(token, state)
+                token = sample_like_the_study(logits, decoding.temperature, generator)
+
+        return run
+
+    def ours_run() -> None:
+        generate(ours, [0], mode="stateful", decoding=decoding, max_new_tokens=new_tokens, num_samples=batch,
+                 generator=make_generator(0, device))
+
+    contenders = {"step-by-step": stepwise(references["step-by-step"])} if "step-by-step" in references else {}
+    contenders["ours"] = ours_run
+    if "PyTorch" in references:
+        contenders["PyTorch"] = stepwise(references["PyTorch"])
+    return contenders | {"products alone": products_alone(ours, batch, new_tokens)}
+
+
+def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[[], None]:
+    """A closure doing only the per-token matrix products of `model`'s step, on the matrices as the
+    step reads them (transposed views of the weights): (batch, H) x (H, G*H) per hidden-side and
+    upper input-side matrix, (batch, H) x (H, V) for the head. The first layer's input side is a
+    table lookup."""
+    matrices = [layer.cell.weight_hh for layer in model.layers]
+    matrices += [layer.cell.weight_ih for layer in model.layers[1:]]
+    matrices.append(model.head.weight)
+    matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them
+    x = matrices[0].new_zeros(batch, model.config.hidden)
+    onednn = torch.ops.mkldnn._linear_pointwise  # the GEMM our step uses for each, called as directly as Python allows
+    products = [functools.partial(onednn, x, m, None, "none", [], "") if backend.onednn_for(x, x.numel() * m.shape[0], step=True)
+                else functools.partial(torch.mm, x, m.T) for m in matrices]
+
+    @torch.no_grad()
+    def run() -> None:
+        for _ in range(new_tokens):
+            for product in products:
+                product()
+
+    return run
+
+
+@dataclass
+class SamplingRow:
+    model: str
+    batch: int
+    chars_per_second: dict[str, float]
+
+
+def benchmark_sampling(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> list[SamplingRow]:
+    rows = []
+    for batch in settings.sample_batches:
+        contenders = sampling_contenders(config, batch, settings.sample_tokens, device)
+        medians = side_by_side(contenders, settings.repeats, device)
+        rows.append(SamplingRow(name, batch, {k: batch * settings.sample_tokens / s for k, s in medians.items()}))
+    return rows
+
+
+def sampling_records(rows: list[SamplingRow]) -> list[dict]:
+    """Every figure of the sampling table, one dict per (model, batch)."""
+    records = []
+    for r in rows:
+        c = r.chars_per_second
+        records.append({
+            "model": r.model,
+            "batch": r.batch,
+            "chars_per_second": dict(c),
+            "ours_x_step_by_step": c["ours"] / c["step-by-step"] if "step-by-step" in c else None,
+            "ours_x_pytorch": c["ours"] / c["PyTorch"] if "PyTorch" in c else None,
+            "products_alone_x_step_by_step": c["products alone"] / c["step-by-step"] if "step-by-step" in c else None,
+            "ours_share_of_products_alone": c["ours"] / c["products alone"],
+        })
+    return records
+
+
+def sampling_table(records: list[dict]) -> str:
+    lines = [
+        "| model | batch | step-by-step chars/s | ours chars/s | PyTorch chars/s | products alone chars/s "
+        "| ours × step-by-step | ours × PyTorch | products alone × step-by-step | ours / products alone |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        c = r["chars_per_second"]
+        rate = {name: "—" if name not in c else f"{c[name]:,.0f}" for name in ("step-by-step", "PyTorch")}
+        ratio = {key: "—" if r[key] is None else f"{r[key]:.2f}"
+                 for key in ("ours_x_step_by_step", "ours_x_pytorch", "products_alone_x_step_by_step")}
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {rate['step-by-step']} | {c['ours']:,.0f} | {rate['PyTorch']} | "
+            f"{c['products alone']:,.0f} | {ratio['ours_x_step_by_step']} | {ratio['ours_x_pytorch']} | "
+            f"{ratio['products_alone_x_step_by_step']} | {100 * r['ours_share_of_products_alone']:.0f}% |"
+        )
+    return "\n".join(lines)
+
+
+def measure_sampling(configs: dict[str, ModelConfig], params, settings: Settings, device: torch.device,
+                     report: Report) -> list[dict]:
+    report.say(f"## Stateful sampling ({settings.sample_tokens} characters, medians of {settings.repeats})\n")
+    samples = []
+    for name, config in configs.items():
+        if params.models[name].tokens == "char":
+            samples += benchmark_sampling(name, config, settings, device)
+            print(f"  sampled {name}", file=sys.stderr, flush=True)
+    records = sampling_records(samples)
+    report.say(sampling_table(records))
+    return records
+

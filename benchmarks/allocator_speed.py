@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.language_model import ModelConfig  # noqa: E402
+from rnnlm.models.config import ModelConfig  # noqa: E402
 
 from references import TorchLM  # noqa: E402
 from timing import Report, Settings, side_by_side  # noqa: E402

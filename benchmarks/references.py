@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rnnlm.models.language_model import ModelConfig
+from rnnlm.models.config import ModelConfig
 
 
 class _StepByStepCell(nn.Module):

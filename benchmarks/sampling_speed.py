@@ -14,7 +14,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm import backend  # noqa: E402
 from rnnlm.inference.sampling import Decoding, generate, make_generator  # noqa: E402
-from rnnlm.models.language_model import ModelConfig, RecurrentLM  # noqa: E402
+from rnnlm.models.config import ModelConfig  # noqa: E402
+from rnnlm.models.language_model import RecurrentLM  # noqa: E402
 
 from references import sample_like_the_study, yardsticks  # noqa: E402
 from timing import Report, Settings, side_by_side  # noqa: E402

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from rnnlm import backend
-from rnnlm.models.language_model import ModelConfig, config_from_params
+from rnnlm.models.config import ModelConfig, config_from_params
 from rnnlm.params import load_params
 
 

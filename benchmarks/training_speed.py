@@ -17,7 +17,9 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm import backend  # noqa: E402
 from rnnlm.models.cells import CELLS  # noqa: E402
-from rnnlm.models.language_model import ModelConfig, RecurrentLM, count_parameters  # noqa: E402
+from rnnlm.models.config import ModelConfig  # noqa: E402
+from rnnlm.models.kinds import count_parameters  # noqa: E402
+from rnnlm.models.language_model import RecurrentLM  # noqa: E402
 from rnnlm.models.products import linear, t_mm  # noqa: E402
 from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 

@@ -34,7 +34,7 @@ def cell_configs(variant: dict | None = None, **common) -> list:
     """A small model config for every registered cell (vocab 11, embd 6, hidden 8, two layers unless
     `common` says otherwise), with `variant` (more layers, dropout, a LayerNorm) applied to every
     other cell in turn, so that each feature meets several cells."""
-    from rnnlm.models.language_model import ModelConfig
+    from rnnlm.models.config import ModelConfig
 
     base = {"vocab_size": 11, "embd": 6, "hidden": 8, "layers": 2, **common}
     return [ModelConfig(name, **{**base, **({} if i % 2 else variant or {})}) for i, name in enumerate(CELLS)]
@@ -122,7 +122,8 @@ def save_tiny_checkpoint(path: Path, tokenizer, model_name: str = "astra_alpha",
     import torch
 
     from rnnlm.models.checkpoint import Checkpoint, save_checkpoint
-    from rnnlm.models.language_model import ModelConfig, RecurrentLM
+    from rnnlm.models.config import ModelConfig
+    from rnnlm.models.language_model import RecurrentLM
 
     torch.manual_seed(0)
     config = ModelConfig(cell, vocab_size=tokenizer.vocab_size, embd=8, hidden=16, layers=2)

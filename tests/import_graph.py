@@ -12,7 +12,8 @@ SRC = REPO_ROOT / "src"
 NAMES_ONLY = {("rnnlm.params", "rnnlm.models.cells")}
 """Edges followed no further: params reads only the registry's names, to validate `cell:` (the
 registry file itself is still a dependency), so a cell's code cannot change what the data stages
-write."""
+write. (params also reads the fixed-window MLP's name from models/config.py, which imports nothing
+more.)"""
 
 
 def module_file(name: str) -> Path | None:

@@ -194,7 +194,9 @@ def test_training_products_alone_does_every_product_of_a_step_and_no_other(cell)
     import training_speed
     from torch.utils.flop_counter import FlopCounterMode
 
-    from rnnlm.models.language_model import ModelConfig, RecurrentLM
+    from rnnlm.models.config import ModelConfig
+
+    from rnnlm.models.language_model import RecurrentLM
 
     config = ModelConfig(cell=cell, vocab_size=11, embd=5, hidden=6, layers=3)
     gates = CELLS[cell].layer.cell_class.gates * config.hidden
@@ -220,7 +222,7 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
     import timing
     import training_speed
 
-    from rnnlm.models.language_model import ModelConfig
+    from rnnlm.models.config import ModelConfig
 
     config = ModelConfig("softsign_rnn", vocab_size=11, embd=5, hidden=6, layers=2)
     cpu = torch.device("cpu")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from rnnlm.models.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.data.tokenizers import CharTokenizer
 
 CONFIG = ModelConfig("lstm", vocab_size=13, embd=6, hidden=8, layers=2, dropout=0.1, layer_norm=True)

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from rnnlm.evaluation.context import ContextCurve, ContextError, context_curve, context_nll, target_positions
-from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.evaluation.scoring import streamed_token_nll
 from rnnlm.models.window_mlp import WindowMLP
 

@@ -14,7 +14,8 @@ from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.device import set_float32_precision
 from rnnlm.models.cells import LAYERS
-from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import parse_params
 from rnnlm.inference.sampling import Decoding, generate, make_generator
 from rnnlm.evaluation.scoring import streamed_nll, windowed_nll

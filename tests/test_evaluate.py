@@ -12,7 +12,8 @@ import torch
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.evaluation.context import context_curve
 from rnnlm.evaluation.evaluate import first_epoch_scores, ngram_floor, predicted_chars, reset_curve
-from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import TokenizerParams, parse_params
 from rnnlm.evaluation.scoring import streamed_token_nll
 from rnnlm.data.tokenizers import CharTokenizer, SentencePieceTokenizer, train_sentencepiece

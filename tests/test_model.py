@@ -10,7 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from rnnlm.models.language_model import ModelConfig, RecurrentLM, build_model, count_parameters, summary
+from rnnlm.models.config import ModelConfig
+
+from rnnlm.models.kinds import build_model, count_parameters, summary
+
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import load_params
 from tests.conftest import REPO_ROOT, cell_configs
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.models.config import ModelConfig
+
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.inference.sampling import Decoding, SamplingError, generate, make_generator, pick
 from tests.conftest import cell_configs, randomised_model
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_nll, windowed_nll
-from rnnlm.models.language_model import ModelConfig, RecurrentLM
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
 
 
 def _naive(model, tokens, window):

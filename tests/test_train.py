@@ -9,8 +9,8 @@ from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.params import as_dict, parse_params
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.device import DeviceError, resolve_device
-from rnnlm.models.language_model import build_model
-from rnnlm.training.resume import ResumeStore, read_resume_file
+from rnnlm.models.kinds import build_model
+from rnnlm.training.resume import read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
 from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer

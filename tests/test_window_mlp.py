@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.models.language_model import ModelConfig, build_model, count_parameters, model_from_config
+from rnnlm.models.config import ModelConfig
+
+from rnnlm.models.kinds import build_model, count_parameters, model_from_config
 from rnnlm.params import load_params
 from rnnlm.models.window_mlp import WindowMLP
 from tests.conftest import REPO_ROOT

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rnnlm.data.corpus import read_vocabulary
 from rnnlm.errors import run_main
-from rnnlm.models.language_model import build_model, summary
+from rnnlm.models.kinds import build_model, summary
 from rnnlm.params import ModelParams, load_params, select_model
 
 TINY_SHAKESPEARE_CHARS = 65

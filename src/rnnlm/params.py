@@ -60,12 +60,13 @@ def choice(*options: str) -> Any:
 
 
 def cell_names() -> tuple[str, ...]:
-    """The values of a model's `cell:`: the registered recurrent cells and "mlp". The registry is
-    imported here, not with this module, so that the stages that read only `data:` or `tokenizer:`
-    import no model code (and do not depend on it)."""
+    """The values of a model's `cell:`: the registered recurrent cells and the fixed-window MLP's
+    name. Both are imported here, not with this module, so that the stages that read only `data:`
+    or `tokenizer:` import no model code (and do not depend on it)."""
     from rnnlm.models.cells import CELLS
+    from rnnlm.models.config import WINDOW_MLP
 
-    return (*CELLS, "mlp")
+    return (*CELLS, WINDOW_MLP)
 
 
 def text(expected: str = "a non-empty string", ok: Callable[[Any], bool] = bool) -> Any:
@@ -266,11 +267,15 @@ def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
     if not isinstance(raw, Mapping) or not raw:
         raise ParamsError(f"{path}: expected a non-empty mapping of model names, got {_describe(raw)}")
     models = {str(name): _build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()}
+    from rnnlm.models.config import WINDOW_MLP  # see cell_names
+
     for name, model in models.items():
-        if model.cell == "mlp" and model.window < 1:
-            raise ParamsError(f"{path}.{name}.window: expected a positive integer for cell 'mlp', got {model.window}")
-        if model.cell != "mlp" and model.window != 0:
-            raise ParamsError(f"{path}.{name}.window: only cell 'mlp' has a window; remove it for cell {model.cell!r}")
+        if model.cell == WINDOW_MLP and model.window < 1:
+            raise ParamsError(f"{path}.{name}.window: expected a positive integer for cell {WINDOW_MLP!r}, got "
+                              f"{model.window}")
+        if model.cell != WINDOW_MLP and model.window != 0:
+            raise ParamsError(f"{path}.{name}.window: only cell {WINDOW_MLP!r} has a window; remove it for cell "
+                              f"{model.cell!r}")
     return MappingProxyType(models)
 
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rnnlm.errors import RnnlmError
-from rnnlm.models.language_model import LanguageModel
+from rnnlm.models.kinds import LanguageModel
 from rnnlm.evaluation.scoring import full_precision
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rnnlm.models.language_model import LanguageModel
+from rnnlm.models.kinds import LanguageModel
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rnnlm.errors import RnnlmError
-from rnnlm.models.language_model import LanguageModel
+from rnnlm.models.kinds import LanguageModel
 from rnnlm.inference.stepping import Stepper, make_step
 from rnnlm.models import state as states
 

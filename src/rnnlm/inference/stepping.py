@@ -32,7 +32,8 @@ from rnnlm import backend
 from rnnlm.models import state as states
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import LayerStep, loops_for
-from rnnlm.models.language_model import LanguageModel, RecurrentLM
+from rnnlm.models.kinds import LanguageModel
+from rnnlm.models.language_model import RecurrentLM
 from rnnlm.models.products import linear
 from rnnlm.models.state import ModelState
 

@@ -21,7 +21,8 @@ import torch
 
 from rnnlm.atomic import write_bytes_atomic
 from rnnlm.errors import RnnlmError
-from rnnlm.models.language_model import LanguageModel, ModelConfig, model_from_config
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.kinds import LanguageModel, model_from_config
 from rnnlm.data.tokenizers import Tokenizer, tokenizer_from_state
 
 FORMAT = "rnnlm-checkpoint"

@@ -1,56 +1,21 @@
 """The recurrent language model: embedding, stacked recurrent layers, optional LayerNorm, output.
 
-One interface for every model: `forward(tokens (B, T), state=None) -> (logits (B, T, V), state)`.
-The state is a tuple with one entry per layer (`rnnlm.models.state`); None means zeros.
-Stateless sampling calls it with `state=None` on the last token; stateful sampling feeds the prompt
-once and then one token at a time, passing the returned state back in.
-
-`summary(model, name)` describes a model for people (`python -m rnnlm.model NAME` prints it).
+One interface for every model (`rnnlm.models.kinds`): `forward(tokens (B, T), state=None) ->
+(logits (B, T, V), state)`. The state is a tuple with one entry per layer (`rnnlm.models.state`);
+None means zeros. Stateless sampling calls it with `state=None` on the last token; stateful sampling
+feeds the prompt once and then one token at a time, passing the returned state back in.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Union
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rnnlm.models.products import linear
+from rnnlm.errors import ParamsError
 from rnnlm.models.cells import CELLS
-from rnnlm.errors import ParamsError, RnnlmError
-from rnnlm.params import ModelParams
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.products import linear
 from rnnlm.models.state import ModelState
-from rnnlm.models.window_mlp import WindowMLP
-
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Everything needed to rebuild a model's architecture (a checkpoint stores it as a dict)."""
-
-    cell: str
-    vocab_size: int
-    embd: int
-    hidden: int
-    layers: int
-    dropout: float = 0.0
-    dropout_mode: str = "state"
-    layer_norm: bool = False
-    window: int = 0  # cell "mlp" only: how many tokens the fixed-window model sees
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, object]) -> ModelConfig:
-        fields = dataclasses.fields(cls)
-        required = {f.name for f in fields if f.default is dataclasses.MISSING}
-        names = {f.name for f in fields}
-        if not isinstance(raw, dict) or not required <= set(raw) <= names:
-            raise RnnlmError(f"model config {raw!r}: expected the keys {sorted(names)}")
-        return cls(**raw)  # type: ignore[arg-type]
 
 
 class RecurrentLM(nn.Module):
@@ -101,59 +66,12 @@ class RecurrentLM(nn.Module):
         """(V, G*H): row v is token v's embedding times the first layer's input matrix."""
         return linear(self.embedding.weight, self.layers[0].cell.weight_ih)
 
-
-LanguageModel = Union[RecurrentLM, WindowMLP]
-"""Every model: `forward(tokens (B, T), state=None) -> (logits (B, T, V), state)` and `.config`."""
-
-
-def model_from_config(config: ModelConfig) -> LanguageModel:
-    """A new model for `config`: the fixed-window MLP for cell "mlp", else a recurrent model."""
-    return WindowMLP(config) if config.cell == "mlp" else RecurrentLM(config)
-
-
-def build_model(model: ModelParams, vocab_size: int) -> LanguageModel:
-    """The model that the params entry `model` describes, for a vocabulary of `vocab_size`."""
-    return model_from_config(config_from_params(model, vocab_size))
-
-
-def config_from_params(model: ModelParams, vocab_size: int) -> ModelConfig:
-    return ModelConfig(
-        cell=model.cell,
-        vocab_size=vocab_size,
-        embd=model.embd,
-        hidden=model.hidden,
-        layers=model.layers,
-        dropout=model.dropout,
-        dropout_mode=model.dropout_mode,
-        layer_norm=model.layer_norm,
-        window=model.window,
-    )
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def summary(model: LanguageModel, name: str) -> str:
-    """A printable description: architecture, every parameter tensor, total and size as float32."""
-    c = model.config
-    total = count_parameters(model)
-    mlp = c.cell == "mlp"
-    dropout_where = "between layers" if mlp or c.dropout_mode == "between" else "on the carried state"
-    lines = [
-        f"{name}: {c.cell.upper()} language model, {c.layers} layer(s), embedding {c.embd}, "
-        f"hidden {c.hidden}, vocabulary {c.vocab_size}" + (f", window {c.window} tokens" if mlp else ""),
-        f"dropout {c.dropout} ({dropout_where})" + (", LayerNorm before the output" if c.layer_norm else ""),
-        "",
-        f"architecture: Embedding{f' of {c.window} tokens, concatenated' if mlp else ''} -> "
-        + " -> ".join(type(layer).__name__ + (" + tanh" if mlp else "") for layer in model.layers)
-        + (" -> LayerNorm" if c.layer_norm else "")
-        + " -> Linear",
-        "",
-        f"{'parameter':<32} {'shape':>14} {'count':>12}",
-        "-" * 60,
-    ]
-    for pname, p in model.named_parameters():
-        lines.append(f"{pname:<32} {str(tuple(p.shape)):>14} {p.numel():>12,}")
-    lines += ["-" * 60, f"total parameters: {total:,}", f"size: {total * 4 / 2**20:.2f} MB as float32"]
-    return "\n".join(lines)
+    def description(self) -> list[str]:
+        """What the model is, in words, for `rnnlm.models.kinds.summary`."""
+        c = self.config
+        where = "between layers" if c.dropout_mode == "between" else "on the carried state"
+        return [f"{c.cell.upper()} language model, {c.layers} layer(s), embedding {c.embd}, hidden {c.hidden}, "
+                f"vocabulary {c.vocab_size}",
+                f"dropout {c.dropout} ({where})" + (", LayerNorm before the output" if c.layer_norm else ""),
+                "architecture: Embedding -> " + " -> ".join(type(layer).__name__ for layer in self.layers)
+                + (" -> LayerNorm" if c.layer_norm else "") + " -> Linear"]

@@ -17,13 +17,10 @@ stateless (state reset every step) sees a window of one token, stateful sees the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from rnnlm.models.language_model import ModelConfig
+from rnnlm.models.config import ModelConfig
 
 
 class WindowMLP(nn.Module):
@@ -54,3 +51,12 @@ class WindowMLP(nn.Module):
         for layer in self.layers:
             x = self.dropout(torch.tanh(layer(x)))  # (B, T, hidden)
         return self.head(x), context[:, context.shape[1] - (self.window - 1) :]
+
+    def description(self) -> list[str]:
+        """What the model is, in words, for `rnnlm.models.kinds.summary`."""
+        c = self.config
+        return [f"{c.cell.upper()} language model, {c.layers} layer(s), embedding {c.embd}, hidden {c.hidden}, "
+                f"vocabulary {c.vocab_size}, window {c.window} tokens",
+                f"dropout {c.dropout} (between layers)",
+                f"architecture: Embedding of {c.window} tokens, concatenated -> "
+                + " -> ".join(f"{type(layer).__name__} + tanh" for layer in self.layers) + " -> Linear"]

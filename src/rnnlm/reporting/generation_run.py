@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from rnnlm.models.checkpoint import Checkpoint
-from rnnlm.models.language_model import count_parameters
+from rnnlm.models.kinds import count_parameters
 from rnnlm.params import GenerateParams, as_dict
 from rnnlm.inference.sampling import MODES, Decoding, generate, make_generator
 from rnnlm.reporting.generation_record import GenerationRun, Sample

@@ -45,7 +45,8 @@ from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.device import device_for
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.scoring import batch_nll, windowed_nll
-from rnnlm.models.language_model import build_model, config_from_params, count_parameters
+from rnnlm.models.config import config_from_params
+from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.training.resume import ResumeStore

@@ -1,0 +1,63 @@
+"""A model's architecture as a checkpoint stores it (`ModelConfig`), and where it comes from.
+
+`cell:` names either a recurrent cell of the registry (`rnnlm.models.cells.CELLS`: the model is a
+stack of that cell's layers) or a model kind of its own that is not a cell: `WINDOW_MLP`, the
+fixed-window MLP, the only one today. `ModelConfig.kind` says which ("recurrent" or "mlp");
+`rnnlm.models.kinds` maps each kind to its model class. The stored form stays `cell: mlp`, so
+params.yaml and every checkpoint read as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rnnlm.errors import RnnlmError
+
+if TYPE_CHECKING:
+    from rnnlm.params import ModelParams
+
+WINDOW_MLP = "mlp"
+"""The `cell:` value of the fixed-window MLP (Bengio et al., 2003), a model kind rather than a cell."""
+
+RECURRENT = "recurrent"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to rebuild a model's architecture (a checkpoint stores it as a dict)."""
+
+    cell: str  # a registered recurrent cell, or WINDOW_MLP
+    vocab_size: int
+    embd: int
+    hidden: int
+    layers: int
+    dropout: float = 0.0
+    dropout_mode: str = "state"
+    layer_norm: bool = False
+    window: int = 0  # the fixed-window MLP only: how many tokens it sees
+
+    @property
+    def kind(self) -> str:
+        """RECURRENT for a stack of recurrent cells, else the model kind `cell` names (WINDOW_MLP)."""
+        return WINDOW_MLP if self.cell == WINDOW_MLP else RECURRENT
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, object]) -> ModelConfig:
+        fields = dataclasses.fields(cls)
+        required = {f.name for f in fields if f.default is dataclasses.MISSING}
+        names = {f.name for f in fields}
+        if not isinstance(raw, dict) or not required <= set(raw) <= names:
+            raise RnnlmError(f"model config {raw!r}: expected the keys {sorted(names)}")
+        return cls(**raw)  # type: ignore[arg-type]
+
+
+def config_from_params(model: ModelParams, vocab_size: int) -> ModelConfig:
+    """The architecture the params entry `model` describes, for a vocabulary of `vocab_size`."""
+    return ModelConfig(cell=model.cell, vocab_size=vocab_size, embd=model.embd, hidden=model.hidden,
+                       layers=model.layers, dropout=model.dropout, dropout_mode=model.dropout_mode,
+                       layer_norm=model.layer_norm, window=model.window)

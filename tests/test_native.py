@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -13,6 +14,7 @@ from rnnlm import backend, native
 from rnnlm.errors import RnnlmError
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import loops_for
+from tests.conftest import REPO_ROOT
 
 
 @pytest.fixture
@@ -133,25 +135,24 @@ def test_pip_ninja_is_found_when_no_ninja_is_on_path(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # The float32 GEMM: the rule, and that the compiled loops follow it
 
-RECORDED_RATES = {
-    # (vendor, AVX-512): GFLOP/s through each library, measured side by side on 2 cores, of the
-    # large products (4096^2) and of one time step's (64 rows by Leviathan's 1024 x 4096).
-    # AMD EPYC, family 26, AVX-512, 2026-11-23 (benchmarks/speed.py, reports/speed/ at c093fa5):
-    ("AuthenticAMD", True): {"large": {"mkl": 177.0, "onednn": 396.0}, "step": {"mkl": 148.0, "onednn": 385.0}},
-    # AMD EPYC, family 25 (Zen 3), AVX2 only, 2026-11-23, each library's weight packed as the scans pack it:
-    ("AuthenticAMD", False): {"large": {"mkl": 145.0, "onednn": 122.0}, "step": {"mkl": 77.0, "onednn": 105.0}},
-    # Intel Xeon, family 6 model 207, AVX-512, 2026-11-24 (reports/speed/cpu-intel-xeon-avx512.md; the
-    # step's rates with each library's weight packed as the scans pack it):
-    ("GenuineIntel", True): {"large": {"mkl": 314.3, "onednn": 278.8}, "step": {"mkl": 282.0, "onednn": 260.0}},
-}
+SPEED_REPORTS = sorted((REPO_ROOT / "reports/speed").glob("*.json"))
+"""The committed speed reports (benchmarks/speed.py --json), each one machine's GEMM rates."""
 
 
-@pytest.mark.parametrize("machine", RECORDED_RATES)
-def test_the_rule_picks_the_faster_library_of_each_kind_where_rates_were_recorded(machine):
-    vendor, avx512 = machine
-    rates = RECORDED_RATES[machine]
-    expected = backend.Gemms(*(max(rates[kind], key=rates[kind].get) for kind in backend.Gemms._fields))
-    assert backend.choose_gemm(vendor, avx512, "", True, True) == expected
+@pytest.mark.parametrize("path", SPEED_REPORTS, ids=lambda path: path.stem)
+def test_the_rule_picks_the_faster_library_where_a_report_measured_them(path):
+    """On every machine a committed report describes, the rule's library for the large products is
+    the one that ran the 4096^2 product faster there, and where the report timed our step under
+    every choice, the rule's choice is within the machine's noise (10%) of the fastest."""
+    report = json.loads(path.read_text())
+    machine = report["machine"]
+    avx512 = machine.get("avx512", "avx512" in path.stem)  # the oldest report records it in its name only
+    rule = backend.choose_gemm(machine["cpu_vendor"], avx512, "", True, True)
+    assert str(rule) == machine["gemm"]  # what that machine's runs used
+    rates = {name.lower(): rate for name, rate in report["matmul_gflops"].items()}
+    assert rule.large == max(rates, key=rates.get)
+    for record in report.get("gemm_choices", []):
+        assert record["rule"] == str(rule) and record["rule_share_of_fastest"] > 0.9, record
 
 
 def test_the_rule_keeps_mkl_on_intel_and_obeys_the_environment_and_the_build():

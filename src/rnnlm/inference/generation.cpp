@@ -1,10 +1,9 @@
 // Generation on the CPU: a whole model's one-token step (stepping.py's Stepper), the choice of the
 // next token (sampling.py's pick) and the loop that alternates them (sampling.py's loop), in C++.
 //
-// Why: at batch 1 a character of a large model streams every weight (17.5 MB for Astra-gamma) through
-// the caches, which evicts the Python interpreter and the dispatcher along with everything else; the
-// Python loop's pick alone then costs 70 us instead of the 20 us it takes warm. Here a character is
-// the model's matrix products plus a few microseconds. The Python code stays the reference (and what
+// Why: at batch 1 a character of a large model streams every weight through the caches, which evicts
+// the Python interpreter and the dispatcher along with everything else, so each Python call of the
+// loop runs cold; here a character is the model's matrix products plus a few microseconds. The Python code stays the reference (and what
 // CUDA runs); tests hold the two to each other: the same logits bit for bit, the same tokens.
 //
 // Each layer's step is its cell's, found by name in the registry of compiled cells (kernels.h).

@@ -5,8 +5,8 @@ A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
 - the embedding and the first layer's input-side matrix are folded into one table (V, G*H), so
   the first layer's input product is a row lookup;
 - each layer's weights are arranged by its cell's `layer_step` (`rnnlm.models.cells`): transposed
-  views of the model's own weights (no copy: copying Leviathan's 80 MB cost more than 200
-  characters of sampling, and BLAS reads the transposed layout at batch 1 as fast) and every bias
+  views of the model's own weights (no copy: a copy of a large model's weights costs more than
+  a sample, and BLAS reads the transposed layout at batch 1 as fast) and every bias
   of a gate summed into one vector, so each gate product is one `addmm`; its step runs the cell's
   loops for the device (`rnnlm.backend`);
 - where the "cpp" backend runs, the whole step is one call too: `compiled`, the same step in C++

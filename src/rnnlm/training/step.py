@@ -39,8 +39,7 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: tor
     """AdamW for `model`; for a CUDA graph, capturable with its learning rate in a device tensor.
 
     On the CPU and CUDA the update is PyTorch's fused one (one pass over each parameter, its gradient
-    and its two moments, where the default makes about ten): on a 2-core AMD EPYC, 17 ms instead of
-    120 ms for Leviathan's 24M parameters, with the same update to float32 rounding."""
+    and its two moments, where the default makes about ten), the same update to float32 rounding."""
     if graph:
         return torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=device),
                                  weight_decay=weight_decay, capturable=True)

@@ -53,7 +53,7 @@ from rnnlm.training.resume import ResumeStore
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
 
-SAVE_EVERY_S = 600.0  # inside an epoch: Leviathan's epoch is an hour on 2 CPU cores, its resume file 0.3 GB
+SAVE_EVERY_S = 600.0  # inside an epoch: a large model's CPU epoch is long, and each save writes the whole run state
 
 
 class TrainingError(RnnlmError):

@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm import backend  # noqa: E402
-from rnnlm.inference.sampling import Decoding, generate, make_generator  # noqa: E402
+from rnnlm.inference.decoding import Decoding, generate, make_generator  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402
 

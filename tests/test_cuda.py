@@ -17,7 +17,7 @@ from rnnlm.models.cells import LAYERS
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import parse_params
-from rnnlm.inference.sampling import Decoding, generate, make_generator
+from rnnlm.inference.decoding import Decoding, generate, make_generator
 from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.training.train import train

@@ -178,7 +178,7 @@ def test_summary_lists_parameters_and_total():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rnnlm.model", *args, "--prepared", "/nonexistent"],
+    return subprocess.run([sys.executable, "-m", "rnnlm.describe", *args, "--prepared", "/nonexistent"],
                           cwd=REPO_ROOT, capture_output=True, text=True)
 
 

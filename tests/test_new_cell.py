@@ -10,7 +10,7 @@ import math
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.evaluation.evaluate import evaluate
-from rnnlm.inference.sampling import Decoding, generate, make_generator
+from rnnlm.inference.decoding import Decoding, generate, make_generator
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.params import parse_params
 from rnnlm.reporting.generation_run import run_generations

@@ -41,7 +41,7 @@ from rnnlm.reporting.generation_record import GenerationRun
 from rnnlm.evaluation.context import ContextCurve, context_curve
 from rnnlm.evaluation.scoring import (Score, bits_per_char, streamed_nll, streamed_token_nll, windowed_nll,
                                      windowed_total)
-from rnnlm.inference.sampling import MODES
+from rnnlm.inference.decoding import MODES
 from rnnlm.evaluation.textstats import text_statistics, word_vocabulary
 from rnnlm.data.tokenizers import Tokenizer
 

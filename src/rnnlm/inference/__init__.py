@@ -1,2 +1,2 @@
 """Running a trained model: the one-token step (`stepping`), the two inference modes and the choice of
-the next token (`sampling`), and the same loop compiled for the CPU (`generation.cpp`)."""
+the next token (`decoding`), and the same loop compiled for the CPU (`generation.cpp`)."""

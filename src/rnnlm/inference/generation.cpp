@@ -1,5 +1,5 @@
 // Generation on the CPU: a whole model's one-token step (stepping.py's Stepper), the choice of the
-// next token (sampling.py's pick) and the loop that alternates them (sampling.py's loop), in C++.
+// next token (decoding.py's pick) and the loop that alternates them (decoding.py's loop), in C++.
 //
 // Why: at batch 1 a character of a large model streams every weight through the caches, which evicts
 // the Python interpreter and the dispatcher along with everything else, so each Python call of the
@@ -31,7 +31,7 @@ using State = std::vector<std::vector<Tensor>>;
 
 enum class Strategy { greedy, temperature, top_k, top_p };
 
-// sampling.py's Decoding, checked there; the strategy's name is read once, not at every token.
+// decoding.py's Decoding, checked there; the strategy's name is read once, not at every token.
 struct Decoding {
   Decoding(const std::string& name, double temperature, int64_t top_k, double top_p)
       : strategy(parse(name)), temperature(temperature), top_k(top_k), top_p(top_p) {}
@@ -50,7 +50,7 @@ struct Decoding {
   double top_p;
 };
 
-// One row's candidate weights, as sampling.py's candidate_weights, in the same order of floating-point
+// One row's candidate weights, as decoding.py's candidate_weights, in the same order of floating-point
 // operations (so the same doubles, up to the last bit of exp): w = exp(l / T - max(l / T)); for top-k
 // and top-p the tokens ranked by weight (ties: the lower id first) and all but a leading run zeroed.
 template <typename scalar_t>
@@ -91,7 +91,7 @@ int64_t draw(std::vector<double>& w, double u) {
   return std::min(drawn, last);
 }
 
-// logits (B, V) -> next ids (B,): sampling.py's pick. One uniform double per row, in row order, drawn
+// logits (B, V) -> next ids (B,): decoding.py's pick. One uniform double per row, in row order, drawn
 // as torch.rand(B, dtype=torch.float64, generator=generator) draws them.
 Tensor pick(const Tensor& logits_in, const Decoding& d, std::optional<at::Generator> generator) {
   const Tensor logits = logits_in.contiguous();
@@ -150,7 +150,7 @@ class CompiledStepper {
     return {step_linear(head_bias_, x, head_t_), next};
   }
 
-  // sampling.py's loop from the prompt's logits (N, V) and state: pick a token, step (carrying the
+  // decoding.py's loop from the prompt's logits (N, V) and state: pick a token, step (carrying the
   // state if `stateful`, from zeros if not), repeat -> the new ids (N, max_new_tokens). `on_token`, if
   // given, is called with each step's ids (N,) as soon as they are picked.
   Tensor generate(Tensor logits, State state, bool stateful, int64_t max_new_tokens, const std::string& strategy,
@@ -186,7 +186,7 @@ void bind_generation(pybind11::module_& m) {
       "pick",
       [](const at::Tensor& logits, const std::string& strategy, double temperature, int64_t top_k, double top_p,
          std::optional<at::Generator> generator) { return pick(logits, {strategy, temperature, top_k, top_p}, generator); },
-      "logits (B, V) -> next ids (B,), as rnnlm.inference.sampling.pick");
+      "logits (B, V) -> next ids (B,), as rnnlm.inference.decoding.pick");
   py::class_<CompiledStepper>(m, "Stepper")
       .def(py::init<std::string, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>,
                     std::vector<std::vector<at::Tensor>>, std::optional<at::Tensor>, std::optional<at::Tensor>, double,

@@ -3,7 +3,7 @@
 In:  a `ModelConfig` (or a params entry and a vocabulary size).
 Out: a new model with one interface, `forward(tokens (B, T), state=None) -> (logits (B, T, V),
      state)`, its `.config` and its `description()`; `summary(model, name)` describes any of them
-     for people (`python -m rnnlm.model NAME` prints it).
+     for people (`python -m rnnlm.describe NAME` prints it).
 """
 
 from __future__ import annotations

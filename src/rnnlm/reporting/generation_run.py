@@ -16,7 +16,7 @@ import torch
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.models.kinds import count_parameters
 from rnnlm.params import GenerateParams, as_dict
-from rnnlm.inference.sampling import MODES, Decoding, generate, make_generator
+from rnnlm.inference.decoding import MODES, Decoding, generate, make_generator
 from rnnlm.reporting.generation_record import GenerationRun, Sample
 
 

@@ -1,4 +1,4 @@
-"""`python -m rnnlm.model NAME`: print the layers and parameter breakdown of the entry NAME of
+"""`python -m rnnlm.describe NAME`: print the layers and parameter breakdown of the entry NAME of
 params.yaml (the vocabulary size from the prepared data when it exists)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _vocab_size(model: ModelParams, params_tokenizer_size: int, prepared: Path) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rnnlm.model", description="Print a model's summary.")
+    parser = argparse.ArgumentParser(prog="python -m rnnlm.describe", description="Print a model's summary.")
     parser.add_argument("name", help="an entry of models: in params.yaml, e.g. astra_beta")
     parser.add_argument("--params", default="params.yaml", help="path to params.yaml")
     parser.add_argument("--prepared", default="data/prepared", help="prepared data folder (character vocabulary)")

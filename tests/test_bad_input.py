@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO_ROOT, make_dvc_repo, run, sha256_of, synthetic_play, tiny_models
+from tests.conftest import REPO_ROOT, sha256_of, synthetic_play, tiny_models
 
 CORPUS = synthetic_play(30_000)
 
@@ -19,6 +20,27 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
     lines = [line for line in (done.stderr + done.stdout).splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, done.stderr + done.stdout
     return lines[0]
+
+
+@pytest.fixture
+def stage_dir(tmp_path, raw_params):
+    """A folder with a valid params.yaml selecting astra_alpha, to run stage scripts in."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw_params))
+    return tmp_path
+
+
+def _stage(name: str, cwd, *args: str) -> subprocess.CompletedProcess:
+    """The stage script itself, as `dvc repro` runs it (tests/test_pipeline.py runs one error through
+    dvc repro, which passes the stage's exit status and message on)."""
+    return subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{name}.py"), *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
+
+
+def _write_params(folder, raw_params, edit=None) -> None:
+    tiny_models(raw_params)
+    if edit is not None:
+        edit(raw_params)
+    (folder / "params.yaml").write_text(yaml.safe_dump(raw_params, sort_keys=False))
 
 
 @pytest.mark.parametrize(
@@ -32,35 +54,40 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
         (lambda p: p["generate"].update(prompts=[""]), "error: generate.prompts: expected a non-empty list of non-empty strings, got ['']"),
     ],
 )
-def test_params_errors_through_dvc_repro(tmp_path, edit, message):
-    def broken(params):
-        tiny_models(params)
-        edit(params)
-
-    root = make_dvc_repo(tmp_path / "repo", CORPUS, broken)
-    done = run(["dvc", "repro"], root, check=False)
-    assert done.returncode != 0
+def test_params_errors_stop_the_first_stage(tmp_path, raw_params, edit, message):
+    _write_params(tmp_path, raw_params, edit)
+    done = _stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
+    assert done.returncode == 2
     assert _error_line(done).startswith(message)
-    assert not (root / "data/raw/tinyshakespeare.txt").exists()  # the first stage already refused
+    assert not (tmp_path / "data/raw/tinyshakespeare.txt").exists()
 
 
 @pytest.fixture(scope="module")
-def prepared_repo(tmp_path_factory):
-    """A repository whose data stages have run (tiny models): the train stage's refusals start here,
-    each with its own edit of params.yaml, put back after it."""
-    root = make_dvc_repo(tmp_path_factory.mktemp("prepared") / "repo", CORPUS, tiny_models)
-    run(["dvc", "repro", "tokenizer"], root)
+def prepared(tmp_path_factory):
+    """A folder whose data stages have run (tiny models), the stage scripts called directly: the train
+    stage's refusals start here, each with its own params.yaml."""
+    root = tmp_path_factory.mktemp("prepared")
+    corpus = root / "corpus.txt"
+    corpus.write_text(CORPUS)
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    _write_params(root, raw, lambda p: p["data"].update(url=corpus.as_uri(), sha256=sha256_of(CORPUS.encode())))
+    for stage, args in (("download", ["data/raw/tinyshakespeare.txt"]),
+                        ("prepare", ["data/raw/tinyshakespeare.txt", "data/prepared"]),
+                        ("tokenizer", ["data/prepared/train.txt", "models/tokenizer"])):
+        done = _stage(stage, root, *args)
+        assert done.returncode == 0, done.stderr
     return root
 
 
-def _repro_train_with(root, edit_train: dict) -> subprocess.CompletedProcess:
+def _train_with(root, edit_train: dict) -> subprocess.CompletedProcess:
     params = root / "params.yaml"
     original = params.read_text()
     edited = yaml.safe_load(original)
     edited["train"].update(edit_train)
     params.write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
-        return run(["dvc", "repro", "train"], root, check=False)
+        return _stage("train", root, "astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt",
+                      "reports/train", ".resume")
     finally:
         params.write_text(original)
 
@@ -75,65 +102,49 @@ def _repro_train_with(root, edit_train: dict) -> subprocess.CompletedProcess:
     ],
     ids=["batch too large for memory", "window longer than the validation split"],
 )
-def test_training_requests_refused_by_the_train_stage(prepared_repo, edit, message):
-    done = _repro_train_with(prepared_repo, edit)
+def test_training_requests_refused_by_the_train_stage(prepared, edit, message):
+    done = _train_with(prepared, edit)
     assert done.returncode != 0
     assert _error_line(done).startswith(message)
-    assert not (prepared_repo / "models/model.pt").exists()
-    assert not (prepared_repo / "reports/train/metrics.json").exists()
+    assert not (prepared / "models/model.pt").exists()
+    assert not (prepared / "reports/train/metrics.json").exists()
 
 
-def test_cuda_without_gpu_stops_the_stage(prepared_repo):
+def test_cuda_without_gpu_stops_the_stage(prepared):
     if torch.cuda.is_available():
         pytest.skip("needs a machine without a GPU")
-    done = _repro_train_with(prepared_repo, {"device": "cuda"})
+    done = _train_with(prepared, {"device": "cuda"})
     assert done.returncode != 0
     assert "error: train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'" in done.stderr + done.stdout
-    assert not (prepared_repo / "models/model.pt").exists()
+    assert not (prepared / "models/model.pt").exists()
 
 
-def test_corpus_checksum_mismatch(tmp_path):
-    def wrong_hash(params):
-        tiny_models(params)
-        params["data"]["sha256"] = "0" * 64
-
-    root = make_dvc_repo(tmp_path / "repo", CORPUS, wrong_hash)
-    done = run(["dvc", "repro"], root, check=False)
+def test_corpus_checksum_mismatch(tmp_path, raw_params):
+    source = tmp_path / "corpus.txt"
+    source.write_text(CORPUS)
+    _write_params(tmp_path, raw_params, lambda p: p["data"].update(url=source.as_uri(), sha256="0" * 64))
+    done = _stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
     assert done.returncode != 0
     line = _error_line(done)
     assert "sha256 mismatch: expected " + "0" * 64 + ", got " + sha256_of(CORPUS.encode()) in line
-    assert list((root / "data").rglob("*.txt")) == []
+    assert not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize(("body", "message"), [
     (b"", "the corpus is empty; expected UTF-8 text"),
     ("caf\u00e9 ".encode("latin-1") * 100, "not UTF-8 text (invalid byte 0xe9 at offset 3)"),
 ])
-def test_empty_or_non_utf8_corpus(tmp_path, body, message):
+def test_empty_or_non_utf8_corpus(tmp_path, raw_params, body, message):
     source = tmp_path / "corpus.bin"
     source.write_bytes(body)
-
-    def point_at_it(params):
-        tiny_models(params)
-        params["data"].update(url=source.as_uri(), sha256=sha256_of(body))
-
-    root = make_dvc_repo(tmp_path / "repo", CORPUS, point_at_it)
-    done = run(["dvc", "repro"], root, check=False)
+    _write_params(tmp_path, raw_params, lambda p: p["data"].update(url=source.as_uri(), sha256=sha256_of(body)))
+    raw = tmp_path / "data/raw/tinyshakespeare.txt"
+    done = _stage("download", tmp_path, raw)
+    if done.returncode == 0:  # the download checks the checksum only; the split reads the text
+        done = _stage("prepare", tmp_path, raw, tmp_path / "data/prepared")
     assert done.returncode != 0
     assert message in _error_line(done)
-    assert not (root / "data/prepared").exists()
-
-
-@pytest.fixture
-def stage_dir(tmp_path, raw_params):
-    """A folder with a valid params.yaml selecting astra_alpha, to run stage scripts in."""
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw_params))
-    return tmp_path
-
-
-def _stage(name: str, cwd, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{name}.py"), *map(str, args)],
-                          cwd=cwd, capture_output=True, text=True)
+    assert not (tmp_path / "data/prepared").exists()
 
 
 def test_truncated_checkpoint(stage_dir, char_checkpoint):

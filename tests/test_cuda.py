@@ -13,7 +13,7 @@ from rnnlm import backend
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.device import set_float32_precision
-from rnnlm.models.cells import LAYERS
+from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import parse_params
@@ -76,7 +76,7 @@ def test_cuda_layers_with_masks_match_float64_cpu(cell, loops, monkeypatch):
     if loops == "aten":
         monkeypatch.setenv("RNNLM_NATIVE", "0")
     torch.manual_seed(1)
-    layer = LAYERS[cell](12, 40, dropout=0.3).double()
+    layer = CELLS[cell].layer(12, 40, dropout=0.3).double()
     x = torch.randn(5, 21, 12, dtype=torch.float64)
     masks = (torch.rand(21, 5, 40) > 0.3).double() / 0.7
     state = layer.cell.zero_state(5, x)

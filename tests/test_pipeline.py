@@ -14,7 +14,7 @@ from tests.conftest import make_dvc_repo, run, small_tokenizer, synthetic_play, 
 
 @pytest.fixture(scope="module")
 def data_repo(tmp_path_factory):
-    root = make_dvc_repo(tmp_path_factory.mktemp("pipeline") / "repo", synthetic_play(30_000), _small)
+    root = make_dvc_repo(tmp_path_factory.mktemp("pipeline") / "repo", synthetic_play(30_000), small_tokenizer)
     run(["dvc", "repro", "tokenizer"], root)
     return root
 
@@ -36,7 +36,7 @@ def test_second_repro_does_nothing(data_repo):
 
 def test_mirror_variable_feeds_the_download(tmp_path):
     corpus = synthetic_play(30_000, seed=1)
-    root = make_dvc_repo(tmp_path / "repo", corpus, _small)
+    root = make_dvc_repo(tmp_path / "repo", corpus, small_tokenizer)
     mirror = tmp_path / "mirror.txt"
     mirror.write_text(corpus)
     (tmp_path / "repo-corpus.txt").unlink()  # data.url now points nowhere: only the mirror can serve

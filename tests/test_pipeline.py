@@ -131,6 +131,7 @@ def test_switching_back_restores_from_the_run_cache(train_repo):
     assert _metrics(train_repo) == first_metrics
 
 
+@pytest.mark.slow
 def test_exp_run_selects_a_model_and_exp_show_lists_it(train_repo):
     run(["git", "add", "-A"], train_repo)
     run(["git", "commit", "-qm", "trained astra_alpha"], train_repo)

@@ -93,6 +93,7 @@ def test_push_then_pull_in_another_clone_retrains_nothing(done_repo, tmp_path):
     shutil.rmtree(clone)
 
 
+@pytest.mark.slow
 def test_queued_experiments_from_a_clean_clone(done_repo, tmp_path):
     """A queued experiment runs from a clean clone, with the workspace's uncommitted edit of a tracked
     file (params.yaml's seed), which DVC queues along with the commit."""

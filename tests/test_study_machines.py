@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play
 
 
@@ -28,6 +30,7 @@ def _clone(origin, path):
     return path
 
 
+@pytest.mark.slow
 def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
     origin, storage = tmp_path / "origin.git", tmp_path / "dvc-storage"
     run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], tmp_path)

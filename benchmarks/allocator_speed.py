@@ -14,7 +14,7 @@ from rnnlm.memory import keep_freed_memory  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 
 from references import TorchLM  # noqa: E402
-from timing import Report, Settings, side_by_side  # noqa: E402
+from timing import Report, Settings, per_model, side_by_side  # noqa: E402
 from training_speed import our_training_step, reference_training_step  # noqa: E402
 
 
@@ -60,10 +60,8 @@ def allocator_table(records: list[dict]) -> str:
 def measure_allocator(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                       report: Report) -> list[dict]:
     report.say(f"## Training steps with freed memory given back (glibc's default) and kept, medians of {settings.repeats}\n")
-    records = []
-    for name, config in configs.items():
-        records.append(benchmark_allocator(name, config, settings, device))
-        print(f"  compared allocator settings on {name}", file=sys.stderr, flush=True)
+    records = per_model(configs, lambda name, config: benchmark_allocator(name, config, settings, device),
+                        "compared allocator settings on")
     report.say(allocator_table(records) + "\n")
     return records
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside t
 from rnnlm import backend  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 
-from timing import Report, Settings, side_by_side  # noqa: E402
+from timing import Report, Settings, per_model, side_by_side  # noqa: E402
 from training_speed import our_training_step  # noqa: E402
 
 
@@ -64,10 +64,8 @@ def gemm_choices_table(records: list[dict]) -> str:
 def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                          report: Report) -> list[dict]:
     report.say(f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:STEP, medians of {settings.repeats})\n")
-    records = []
-    for name, config in configs.items():
-        records.append(benchmark_gemm_choices(name, config, settings, device))
-        print(f"  compared GEMMs on {name}", file=sys.stderr, flush=True)
+    records = per_model(configs, lambda name, config: benchmark_gemm_choices(name, config, settings, device),
+                        "compared GEMMs on")
     report.say(gemm_choices_table(records) + "\n")
     return records
 

@@ -211,3 +211,11 @@ class Report:
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
 
+
+def per_model(configs: dict[str, ModelConfig], measure: Callable[[str, ModelConfig], dict], done: str) -> list[dict]:
+    """`measure(name, config)` of every model in turn, saying on stderr when each is `done`."""
+    records = []
+    for name, config in configs.items():
+        records.append(measure(name, config))
+        print(f"  {done} {name}", file=sys.stderr, flush=True)
+    return records

@@ -49,23 +49,13 @@ def our_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor, devi
     return count_parameters(model), lambda: step(tokens, targets)
 
 
-MIN_STEPS_TO_PACK = 4
-"""`StepProduct::kMinStepsToPack` (cells/kernels.h): shorter sequences use the weight as it is."""
-
-
 def step_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], Tensor]:
-    """x (batch, K) -> x W^T for W (N, K), as a compiled scan runs it (`StepProduct` in
-    cells/kernels.cpp): in float32 on the CPU through the per-step library, W packed once into its
-    layout when the sequence has at least MIN_STEPS_TO_PACK steps; otherwise ATen's product."""
-    weight = weight.contiguous()
-    pack = steps >= MIN_STEPS_TO_PACK
-    if backend.onednn_for(weight, None, step=True):  # a scan's product: the library, whatever its size
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch) if pack else weight
-        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-    if (pack and weight.device.type == "cpu" and weight.dtype == torch.float32
-            and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")):
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, batch)
-        return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, None, batch)
+    """x (batch, K) -> x W^T for W (N, K), as a scan runs it: the library's own `StepProduct`
+    (cells/kernels.cpp: the per-step GEMM, W packed once for a long enough sequence) where the
+    compiled loops run, else ATen's product."""
+    compiled = backend.compiled_for(weight.device)
+    if compiled is not None:
+        return compiled.StepProduct(weight.contiguous(), batch, steps)
     return lambda x: torch.mm(x, weight.T)
 
 

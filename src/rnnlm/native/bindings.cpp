@@ -17,4 +17,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM of one step's products now");
   m.def("min_onednn_macs", &rnnlm::min_onednn_macs, "the fewest multiply-adds a product needs to go to oneDNN");
   m.def("onednn_t_addmm", &rnnlm::onednn_t_addmm, "a (M, N), b (M, K) -> c + a^T b (N, K), c updated in place");
+  pybind11::class_<rnnlm::StepProduct>(m, "StepProduct",
+                                       "x (B, K) -> x W^T for one weight W (N, K) used at each of `steps` steps, as "
+                                       "the scans run their per-step products (the speed benchmark times them alone)")
+      .def(pybind11::init<const at::Tensor&, int64_t, int64_t>(), pybind11::arg("weight"), pybind11::arg("batch"),
+           pybind11::arg("steps"))
+      .def("__call__", &rnnlm::StepProduct::operator(), pybind11::arg("x"));
 }

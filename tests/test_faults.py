@@ -193,8 +193,11 @@ def test_sigterm_and_ctrl_c_keep_the_last_epoch_and_say_so_in_one_line(pipeline,
     root = tmp_path / "copy"
     shutil.copytree(pipeline, root)
     _params(root, epochs=40)  # long enough to be stopped in the middle
+    # SIGINT as a terminal's Ctrl-C delivers it: a test run in the background (where the shell has
+    # SIGINT ignored, and Python then keeps ignoring it) must not pass that on to the stage.
     process = subprocess.Popen(_command("train"), cwd=root, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_for_line(process, "epoch 02/40")  # printed once epoch 2 is saved
     process.send_signal(how)
     _, err = process.communicate(timeout=120)

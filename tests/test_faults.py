@@ -268,8 +268,11 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
     def slow_enough(params: dict) -> None:
         tiny_models(params)
         params["models"]["astra_alpha"].update({"hidden": 96, "epochs": 10, "steps_per_epoch": 40})
+        params["generate"]["max_new_tokens"] = 10
 
     root = make_dvc_repo(tmp_path / "repo", CORPUS, slow_enough)
+    params = root / "params.yaml"  # an edit of a tracked file left uncommitted: DVC queues it with the commit
+    params.write_text(params.read_text().replace("max_new_tokens: 10", "max_new_tokens: 12"))
     study = [sys.executable, "-m", "rnnlm.study", "run", "--models", "astra_alpha"]
     try:
         queued = subprocess.run(study, cwd=root, env=_env(), capture_output=True, text=True)
@@ -303,5 +306,12 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
         assert "astra_alpha seed 1337: wrote" in collected.stdout, collected.stderr
         epochs = (root / "reports/study/astra_alpha/seed-1337/epochs.tsv").read_text().splitlines()
         assert len(epochs) == 11
+        shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=root, env=_env(), capture_output=True,
+                                          text=True).stdout)
+        (run_params,) = [rev["data"]["params"]["params.yaml"]["data"] for record in shown
+                         for exp in (record.get("experiments") or []) for rev in exp["revs"]
+                         if not rev.get("error")]  # the killed attempt is listed too, as failed
+        assert (run_params["model"], run_params["seed"], run_params["generate"]["max_new_tokens"]) == (
+            "astra_alpha", 1337, 12)
     finally:
         subprocess.run(["dvc", "queue", "stop", "--kill"], cwd=root, env=_env(), capture_output=True)

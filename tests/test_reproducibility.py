@@ -3,10 +3,7 @@ caches travel through a remote to another clone without retraining."""
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
-import time
 
 import pytest
 import torch
@@ -91,29 +88,3 @@ def test_push_then_pull_in_another_clone_retrains_nothing(done_repo, tmp_path):
     assert "Data and pipelines are up to date." in run(["dvc", "status"], clone).stdout
     assert _ran(run(["dvc", "repro"], clone).stdout) == []
     shutil.rmtree(clone)
-
-
-@pytest.mark.slow
-def test_queued_experiments_from_a_clean_clone(done_repo, tmp_path):
-    """A queued experiment runs from a clean clone, with the workspace's uncommitted edit of a tracked
-    file (params.yaml's seed), which DVC queues along with the commit."""
-    clone = tmp_path / "clone"
-    run(["git", "clone", "-q", str(done_repo), str(clone)], tmp_path)
-    params = clone / "params.yaml"
-    params.write_text(re.sub(r"(?m)^seed: .*$", "seed: 4242", params.read_text()))  # not committed
-    run(["dvc", "exp", "run", "--queue", "-S", "model=rnn_alpha"], clone)
-    run(["dvc", "queue", "start", "-j", "1"], clone)
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        status = run(["dvc", "queue", "status"], clone).stdout
-        if "Queued" not in status and "Running" not in status:
-            break
-        time.sleep(2)
-    assert status.count("Success") == 1, status
-    shown = json.loads(run(["dvc", "exp", "show", "--json"], clone).stdout)
-    models = sorted(rev["data"]["metrics"]["reports/metrics.json"]["data"]["model"]
-                    for record in shown for exp in (record.get("experiments") or []) for rev in exp["revs"])
-    assert models == ["rnn_alpha"]
-    seeds = [rev["data"]["params"]["params.yaml"]["data"]["seed"]
-             for record in shown for exp in (record.get("experiments") or []) for rev in exp["revs"]]
-    assert seeds == [4242]

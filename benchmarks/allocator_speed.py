@@ -11,10 +11,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm.memory import keep_freed_memory  # noqa: E402
+from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 
 from references import TorchLM  # noqa: E402
-from timing import Report, Settings, per_model, side_by_side  # noqa: E402
+from timing import Report, Settings, per_model_section, side_by_side  # noqa: E402
 from training_speed import our_training_step, reference_training_step  # noqa: E402
 
 
@@ -50,18 +51,18 @@ def benchmark_allocator(name: str, config: ModelConfig, settings: Settings, devi
 
 
 def allocator_table(records: list[dict]) -> str:
-    lines = ["| model | implementation | default ms/step | kept ms/step | kept, speed-up |", "|---|---|---:|---:|---:|"]
+    lines = table_head(["model", "implementation", "default ms/step", "kept ms/step", "kept, speed-up"], "llrrr")
     for r in records:
         for impl, ms in r["ms_per_step"].items():
-            lines.append(f"| {r['model']} | {impl} | {ms['default']:,.1f} | {ms['kept']:,.1f} | {r['speedup_kept'][impl]:.3f}× |")
+            lines.append(table_row([r["model"], impl, f"{ms['default']:,.1f}", f"{ms['kept']:,.1f}",
+                                    f"{r['speedup_kept'][impl]:.3f}×"]))
     return "\n".join(lines)
 
 
 def measure_allocator(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                       report: Report) -> list[dict]:
-    report.say(f"## Training steps with freed memory given back (glibc's default) and kept, medians of {settings.repeats}\n")
-    records = per_model(configs, lambda name, config: benchmark_allocator(name, config, settings, device),
-                        "compared allocator settings on")
-    report.say(allocator_table(records) + "\n")
-    return records
+    return per_model_section(
+        report, f"## Training steps with freed memory given back (glibc's default) and kept, medians of {settings.repeats}",
+        configs, lambda name, config: benchmark_allocator(name, config, settings, device),
+        "compared allocator settings on", allocator_table)
 

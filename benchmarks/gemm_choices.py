@@ -13,8 +13,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm import backend  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
+from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
-from timing import Report, Settings, per_model, side_by_side  # noqa: E402
+from timing import Report, Settings, per_model_section, side_by_side  # noqa: E402
 from training_speed import our_training_step  # noqa: E402
 
 
@@ -53,19 +54,18 @@ def benchmark_gemm_choices(name: str, config: ModelConfig, settings: Settings, d
 
 
 def gemm_choices_table(records: list[dict]) -> str:
-    lines = ["| model | " + " | ".join(f"{c} ms/step" for c in GEMM_CHOICES) + " | the rule's choice | fastest "
-             "| the rule's speed, share of the fastest |", "|---|" + "---:|" * len(GEMM_CHOICES) + "---|---|---:|"]
+    lines = table_head(["model", *(f"{c} ms/step" for c in GEMM_CHOICES), "the rule's choice", "fastest",
+                        "the rule's speed, share of the fastest"], "l" + "r" * len(GEMM_CHOICES) + "llr")
     for r in records:
-        times = " | ".join(f"{r['ms_per_step'][c]:,.1f}" for c in GEMM_CHOICES)
-        lines.append(f"| {r['model']} | {times} | {r['rule']} | {r['fastest']} | {100 * r['rule_share_of_fastest']:.0f}% |")
+        lines.append(table_row([r["model"], *(f"{r['ms_per_step'][c]:,.1f}" for c in GEMM_CHOICES), r["rule"],
+                                r["fastest"], f"{100 * r['rule_share_of_fastest']:.0f}%"]))
     return "\n".join(lines)
 
 
 def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                          report: Report) -> list[dict]:
-    report.say(f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:STEP, medians of {settings.repeats})\n")
-    records = per_model(configs, lambda name, config: benchmark_gemm_choices(name, config, settings, device),
-                        "compared GEMMs on")
-    report.say(gemm_choices_table(records) + "\n")
-    return records
+    return per_model_section(
+        report, f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:STEP, medians of {settings.repeats})",
+        configs, lambda name, config: benchmark_gemm_choices(name, config, settings, device), "compared GEMMs on",
+        gemm_choices_table)
 

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import timing  # noqa: E402
 import training_speed  # noqa: E402
 
+from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 from rnnlm.study.collect import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
@@ -245,12 +246,12 @@ def markdown(report: dict[str, object]) -> str:
     if bench:
         lines += [f"## Training step (batch 64, 128 steps; medians of {bench['repeats']} side-by-side rounds)", "",
                   f"float32 matrix product 4096²: {bench['matmul_gflops']:,.0f} GFLOP/s", "",
-                  "| model | implementation | ms/step | tokens/s | × step-by-step | × cuDNN | peak MB |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+                  *table_head(["model", "implementation", "ms/step", "tokens/s", "× step-by-step", "× cuDNN",
+                               "peak MB"], "llrrrrr")]
         for r in bench["rows"]:
             impl = "cuDNN (nn.GRU/nn.LSTM)" if r["implementation"] == "PyTorch" else r["implementation"]
-            lines.append(f"| {r['model']} | {impl} | {r['ms_per_step']:,.2f} | {r['tokens_per_second']:,.0f} | "
-                         f"{r['x_step_by_step']:.2f} | {r['x_cudnn']:.2f} | {r['peak_mb']:,.1f} |")
+            lines.append(table_row([r["model"], impl, f"{r['ms_per_step']:,.2f}", f"{r['tokens_per_second']:,.0f}",
+                                    f"{r['x_step_by_step']:.2f}", f"{r['x_cudnn']:.2f}", f"{r['peak_mb']:,.1f}"]))
         lines += ["", *[f"- {model} failed: `{error}`" for model, error in bench["errors"].items()], ""]
     pipe = report.get("pipeline")
     if pipe:
@@ -264,7 +265,7 @@ def markdown(report: dict[str, object]) -> str:
                   f"- the CUDA checkpoint scored on the CPU: validation loss {pipe['val_loss_of_checkpoint_on_cpu']:.6f}",
                   f"- stateful {pipe['stateful_bpc']:.3f} bpc, stateless {pipe['stateless_bpc']:.3f}, "
                   f"bigram {pipe['bigram_bpc']:.3f}",
-                  f"- stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in pipe["stage_seconds"].items()), ""]
+                  "- stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in pipe["stage_seconds"].items()), ""]
     for key, error in report.get("errors", {}).items():
         lines += [f"**{key} failed**: `{error}`", ""]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from rnnlm import backend  # noqa: E402
 from rnnlm.inference.decoding import Decoding, generate, make_generator  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402
+from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
 from references import sample_like_the_study, yardsticks  # noqa: E402
 from timing import Report, Settings, side_by_side  # noqa: E402
@@ -107,21 +108,18 @@ def sampling_records(rows: list[SamplingRow]) -> list[dict]:
 
 
 def sampling_table(records: list[dict]) -> str:
-    lines = [
-        "| model | batch | step-by-step chars/s | ours chars/s | PyTorch chars/s | products alone chars/s "
-        "| ours × step-by-step | ours × PyTorch | products alone × step-by-step | ours / products alone |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = table_head(["model", "batch", "step-by-step chars/s", "ours chars/s", "PyTorch chars/s",
+                        "products alone chars/s", "ours × step-by-step", "ours × PyTorch",
+                        "products alone × step-by-step", "ours / products alone"], "lrrrrrrrrr")
     for r in records:
         c = r["chars_per_second"]
         rate = {name: "—" if name not in c else f"{c[name]:,.0f}" for name in ("step-by-step", "PyTorch")}
         ratio = {key: "—" if r[key] is None else f"{r[key]:.2f}"
                  for key in ("ours_x_step_by_step", "ours_x_pytorch", "products_alone_x_step_by_step")}
-        lines.append(
-            f"| {r['model']} | {r['batch']} | {rate['step-by-step']} | {c['ours']:,.0f} | {rate['PyTorch']} | "
-            f"{c['products alone']:,.0f} | {ratio['ours_x_step_by_step']} | {ratio['ours_x_pytorch']} | "
-            f"{ratio['products_alone_x_step_by_step']} | {100 * r['ours_share_of_products_alone']:.0f}% |"
-        )
+        lines.append(table_row([
+            r["model"], r["batch"], rate["step-by-step"], f"{c['ours']:,.0f}", rate["PyTorch"],
+            f"{c['products alone']:,.0f}", ratio["ours_x_step_by_step"], ratio["ours_x_pytorch"],
+            ratio["products_alone_x_step_by_step"], f"{100 * r['ours_share_of_products_alone']:.0f}%"]))
     return "\n".join(lines)
 
 

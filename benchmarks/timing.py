@@ -212,10 +212,15 @@ class Report:
         return "\n".join(self.lines) + "\n"
 
 
-def per_model(configs: dict[str, ModelConfig], measure: Callable[[str, ModelConfig], dict], done: str) -> list[dict]:
-    """`measure(name, config)` of every model in turn, saying on stderr when each is `done`."""
+def per_model_section(report: Report, heading: str, configs: dict[str, ModelConfig],
+                      measure: Callable[[str, ModelConfig], dict], done: str,
+                      table: Callable[[list[dict]], str]) -> list[dict]:
+    """A report section: `heading`, then `measure(name, config)` of every model in turn (saying on
+    stderr when each is `done`), then `table(records)` of the records it returned."""
+    report.say(heading + "\n")
     records = []
     for name, config in configs.items():
         records.append(measure(name, config))
         print(f"  {done} {name}", file=sys.stderr, flush=True)
+    report.say(table(records) + "\n")
     return records

@@ -21,6 +21,7 @@ from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.kinds import count_parameters  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402
 from rnnlm.models.products import linear, t_mm  # noqa: E402
+from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 
 from references import torch_name, yardsticks  # noqa: E402
@@ -205,17 +206,13 @@ def _ratio(value: float | None) -> str:
 
 
 def training_table(records: list[dict]) -> str:
-    lines = [
-        "| model | implementation | ms/step | tokens/s | × step-by-step | × PyTorch | GFLOP/s | % of the limit "
-        "| % of products alone | peak MB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = table_head(["model", "implementation", "ms/step", "tokens/s", "× step-by-step", "× PyTorch", "GFLOP/s",
+                        "% of the limit", "% of products alone", "peak MB"], "llrrrrrrrr")
     for r in records:
-        lines.append(
-            f"| {r['model']} | {r['implementation']} | {r['ms_per_step']:,.1f} | {r['tokens_per_second']:,.0f} | "
-            f"{_ratio(r['x_step_by_step'])} | {_ratio(r['x_pytorch'])} | {r['gflops']:.1f} | "
-            f"{100 * r['share_of_limit']:.0f}% | {100 * r['share_of_products_alone']:.0f}% | {r['peak_mb']:,.1f} |"
-        )
+        lines.append(table_row([
+            r["model"], r["implementation"], f"{r['ms_per_step']:,.1f}", f"{r['tokens_per_second']:,.0f}",
+            _ratio(r["x_step_by_step"]), _ratio(r["x_pytorch"]), f"{r['gflops']:.1f}",
+            f"{100 * r['share_of_limit']:.0f}%", f"{100 * r['share_of_products_alone']:.0f}%", f"{r['peak_mb']:,.1f}"]))
     return "\n".join(lines)
 
 

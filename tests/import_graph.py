@@ -9,7 +9,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SRC = REPO_ROOT / "src"
 
-NAMES_ONLY = {("rnnlm.params", "rnnlm.models.cells")}
+REGISTRY = "rnnlm.models.cells"
+
+NAMES_ONLY = {("rnnlm.params", REGISTRY)}
 """Edges followed no further: params reads only the registry's names, to validate `cell:` (the
 registry file itself is still a dependency), so a cell's code cannot change what the data stages
 write. (params also reads the fixed-window MLP's name from models/config.py, which imports nothing
@@ -65,14 +67,19 @@ def library_files(script: Path) -> set[Path]:
         todo += [(None, ".".join(parts[:i])) for i in range(1, len(parts))]
         path = module_file(name)
         package = name if path.name == "__init__.py" else ".".join(parts[:-1])
-        todo += [(name, child) for child in _imported(path, package)]
+        children = _imported(path, package)
+        if name == REGISTRY:  # the registry imports its cells' modules by name, when a spec is asked for
+            from rnnlm.models.cells import CELLS  # names only: imports no cell
+
+            children |= {CELLS.module(cell) for cell in CELLS if module_file(CELLS.module(cell))}
+        todo += [(name, child) for child in children]
     files = {module_file(name) for name in seen} | names_only
     if "rnnlm.native" in seen:
         from rnnlm import native
 
         # as files of this checkout's src/, whichever copy of the package the import found
         files |= {SRC / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
-    if "rnnlm.models.cells" in seen:  # cells' Triton modules are imported by name, through their specs
+    if REGISTRY in seen:  # cells' Triton modules are imported by name, through their specs
         from rnnlm.models.cells import CELLS
 
         for spec in CELLS.values():

@@ -5,6 +5,8 @@ the stage's DVC deps, a file or a folder; and every dep exists."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,18 @@ def test_a_stage_that_runs_more_than_its_deps_fails_this_check(tmp_path):
 def test_the_library_has_no_import_cycle():
     """Imports inside functions count (they only hide a cycle); `if TYPE_CHECKING:` ones do not."""
     assert import_cycles() == []
+
+
+def test_the_data_stages_check_every_cell_without_importing_pytorch():
+    """download, prepare and tokenizer validate the whole params.yaml, each model's `cell:` against
+    the registry included, without importing PyTorch (seconds of each stage), unlike train."""
+    def imports_torch(stage: str, check: str = "") -> bool:
+        code = (f"import runpy, sys; runpy.run_path({str(REPO_ROOT / 'stages' / stage)!r}, run_name='stage'); "
+                f"{check}print('torch' in sys.modules)")
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[-1] == "True"
+
+    load = "from rnnlm.params import load_params; print(sorted({m.cell for m in load_params().models.values()})); "
+    assert not any(imports_torch(f"{name}.py", load) for name in ("download", "prepare", "tokenizer"))
+    assert imports_torch("train.py")  # the check can fail

@@ -20,6 +20,8 @@ from typing import Any, get_type_hints
 import yaml
 
 from rnnlm.errors import ParamsError
+from rnnlm.models.cells import CELLS
+from rnnlm.models.config import WINDOW_MLP
 
 # ---------------------------------------------------------------------------------------------
 # Field specifications: the Python type a value must have, a predicate, and the words for it.
@@ -61,11 +63,7 @@ def choice(*options: str) -> Any:
 
 def cell_names() -> tuple[str, ...]:
     """The values of a model's `cell:`: the registered recurrent cells and the fixed-window MLP's
-    name. Both are imported here, not with this module, so that the stages that read only `data:`
-    or `tokenizer:` import no model code (and do not depend on it)."""
-    from rnnlm.models.cells import CELLS
-    from rnnlm.models.config import WINDOW_MLP
-
+    name (read from the registry without importing the cells, or PyTorch)."""
     return (*CELLS, WINDOW_MLP)
 
 
@@ -267,8 +265,6 @@ def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
     if not isinstance(raw, Mapping) or not raw:
         raise ParamsError(f"{path}: expected a non-empty mapping of model names, got {_describe(raw)}")
     models = {str(name): _build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()}
-    from rnnlm.models.config import WINDOW_MLP  # see cell_names
-
     for name, model in models.items():
         if model.cell == WINDOW_MLP and model.window < 1:
             raise ParamsError(f"{path}.{name}.window: expected a positive integer for cell {WINDOW_MLP!r}, got "

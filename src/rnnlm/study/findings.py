@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from rnnlm.reporting.markdown import table_head
 from rnnlm.study.stats import (NOT_MEASURED, Interval, band_verdict, combine, paired, seeds_needed,
                                          sign_verdict, t_interval, welch)
 
@@ -63,8 +64,8 @@ class Comparison:
                 f"{self.verdict}{f' ({self.note})' if self.note else ''} | {needed} |")
 
 
-COMPARISON_HEADER = ["| comparison | estimate | ± (95%) | n | rule | verdict | seeds to decide |",
-                     "|---|---:|---:|---:|---|---|---:|"]
+COMPARISON_HEADER = table_head(["comparison", "estimate", "± (95%)", "n", "rule", "verdict", "seeds to decide"],
+                               "lrrrllr")
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def _first(frame: pd.DataFrame, model: str, column: str):
 
 def stateless_is_a_bigram(frame: pd.DataFrame) -> Finding:
     low, high = BIGRAM_BAND
-    comparisons, table = [], ["| model | n | stateless | bigram floor | stateful |", "|---|---:|---:|---:|---:|"]
+    comparisons, table = [], table_head(["model", "n", "stateless", "bigram floor", "stateful"], "lrrrr")
     grus = [m for m in _models(frame) if _first(frame, m, "cell") == "gru"]
     for model in grus:
         values = _values(frame, model, "stateless_minus_bigram_bpc")
@@ -180,8 +181,8 @@ def _between(frame: pd.DataFrame, larger: str, smaller: str, figure: str, label:
 
 def sensitivity_grows_with_capacity(frame: pd.DataFrame) -> Finding:
     comparisons, notes = [], []
-    table = ["| model | n | parameters | stateful | stateless | gap | context horizon over seeds |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    table = table_head(["model", "n", "parameters", "stateful", "stateless", "gap", "context horizon over seeds"],
+                       "lrrrrrr")
     for tokens, models in families(frame).items():
         for model in models:
             horizons = _values(frame, model, "context_horizon")
@@ -215,8 +216,8 @@ def subwords_amplify_the_failure(frame: pd.DataFrame, shapes: dict[str, tuple]) 
     for model in _models(frame):
         by_shape.setdefault(shapes[model], {})[_first(frame, model, "tokens")] = model
     pairs = [(p["sentencepiece"], p["char"]) for p in by_shape.values() if {"sentencepiece", "char"} <= p.keys()]
-    table = ["| model | n | characters per token | gap, nats per token | gap, bits per character | "
-             "known words, stateless |", "|---|---:|---:|---:|---:|---:|"]
+    table = table_head(["model", "n", "characters per token", "gap, nats per token", "gap, bits per character",
+                        "known words, stateless"], "lrrrrr")
     comparisons, notes = [], []
     for scribe, astra in pairs:
         comparisons.append(_between(frame, scribe, astra, "gap_bpc", "gap", True, "bits/char"))
@@ -240,8 +241,8 @@ def subwords_amplify_the_failure(frame: pd.DataFrame, shapes: dict[str, tuple]) 
 
 def one_stateful_epoch_beats_stateless(frame: pd.DataFrame) -> Finding:
     comparisons, missing = [], []
-    table = ["| model | n | stateful after epoch 1 | stateless after the last epoch | steps per epoch |",
-             "|---|---:|---:|---:|---:|"]
+    table = table_head(["model", "n", "stateful after epoch 1", "stateless after the last epoch", "steps per epoch"],
+                       "lrrrr")
     for model in _models(frame):
         rows = frame[(frame["model"] == model) & frame["first_epoch_stateful_bpc"].notna()]
         if rows.empty:
@@ -294,7 +295,7 @@ def leviathan_overfits_early(frame: pd.DataFrame, model: str = "leviathan") -> F
 
 def validation_loss_matches_the_study(frame: pd.DataFrame) -> Finding:
     comparisons = []
-    table = ["| model | the study (one batch) | ours, one batch (n) | ours, whole split (n) |", "|---|---:|---:|---:|"]
+    table = table_head(["model", "the study (one batch)", "ours, one batch (n)", "ours, whole split (n)"], "lrrr")
     ours_whole = []
     for model, (which, theirs) in STUDY_VAL_LOSS.items():
         if model not in set(frame["model"]):

@@ -29,6 +29,7 @@ import pandas as pd
 from rnnlm.atomic import AtomicFiles
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
+from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.figure import write_figure
 from rnnlm.study.findings import Finding, findings, findings_markdown, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
@@ -74,11 +75,9 @@ def _span(values: list[float]) -> str:
     return f"{low:.0f}" if low == high else f"{low:.0f}–{high:.0f}"
 
 
-SUMMARY_HEADER = [
-    "| model (samples) | tokens | params | seeds | trained on | train s | val loss (last / best) | stateful "
-    "| stateless | gap | bigram | context horizon | known words | repeated 4-grams |",
-    "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-]
+SUMMARY_HEADER = table_head(["model (samples)", "tokens", "params", "seeds", "trained on", "train s",
+                             "val loss (last / best)", "stateful", "stateless", "gap", "bigram", "context horizon",
+                             "known words", "repeated 4-grams"], "llrrlrrrrrrrrr")
 
 
 def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, models: list[str],
@@ -103,15 +102,12 @@ def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, m
             f"| {s.text(model, 'known_words_stateless', '.2f')} / {s.text(model, 'known_words_stateful', '.2f')} "
             f"| {s.text(model, 'repeated_4grams_stateless', '.2f')} / "
             f"{s.text(model, 'repeated_4grams_stateful', '.2f')} |")
-    lines += [f"| {m} | {' | '.join(['—'] * 13)} |" for m in models if m not in present]
+    lines += [table_row([m, *["—"] * 13]) for m in models if m not in present]
     return lines
 
 
-RUN_HEADER = [
-    "| model | seed | trained on | train s | val loss (last / best) | one batch (last / best) | stateful "
-    "| stateless | gap | context horizon | from |",
-    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
-]
+RUN_HEADER = table_head(["model", "seed", "trained on", "train s", "val loss (last / best)", "one batch (last / best)",
+                         "stateful", "stateless", "gap", "context horizon", "from"], "lrlrrrrrrrl")
 
 
 def run_row(run: StudyRun, base: Path) -> str:

@@ -96,6 +96,8 @@ class RecurrentLayer(nn.Module):
     autograd Function."""
 
     cell_class: type[Cell]
+    spec: CellSpec
+    """The registry entry that names this layer (set by that `CellSpec`)."""
 
     def __init__(self, input_size: int, hidden_size: int, dropout: float = 0.0, drop_state: bool = True):
         super().__init__()
@@ -208,6 +210,7 @@ class CellSpec:
     def __post_init__(self) -> None:
         if not self.hidden_products:  # frozen: set through object's own __setattr__
             object.__setattr__(self, "hidden_products", (self.layer.cell_class.gates,))
+        self.layer.spec = self  # a layer finds its loops through its spec
 
 
 def loops_for(spec: CellSpec, tensor: Tensor) -> Loops:

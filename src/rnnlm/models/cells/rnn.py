@@ -80,17 +80,19 @@ def step(gates_x, h, hh_t):
 
 
 class RNNScan(torch.autograd.Function):
-    """The tanh RNN over T steps.
+    """A one-state, one-gate cell over T steps: the tanh RNN, or any cell of that shape with loops of
+    its own (the spec says whose loops run).
 
-    In:  products (T, B, H) = x W_ih^T, contiguous, consumed (overwritten with the activations);
+    In:  spec; products (T, B, H) = x W_ih^T, contiguous, consumed (overwritten with the activations);
          h0 (B, H); weight_hh (H, H); bias_ih (H); masks or None.
     Out: hs (T, B, H), the state after every step, and the activations (not differentiable).
     """
 
     @staticmethod
-    def forward(ctx, products, h0, weight_hh, bias_ih, masks):
-        hs = loops_for(SPEC, products).forward(products, h0, weight_hh, bias_ih, masks)
+    def forward(ctx, spec, products, h0, weight_hh, bias_ih, masks):
+        hs = loops_for(spec, products).forward(products, h0, weight_hh, bias_ih, masks)
         activations = consumed(ctx, products)
+        ctx.spec = spec
         ctx.save_for_backward(h0, weight_hh, activations, hs, masks)
         return hs, activations
 
@@ -99,19 +101,19 @@ class RNNScan(torch.autograd.Function):
     def backward(ctx, grad_hs, _):
         h0, weight_hh, activations, hs, masks = ctx.saved_tensors
         grad_hs = or_zeros(grad_hs, hs)
-        grad_h0 = loops_for(SPEC, hs).backward(grad_hs, weight_hh, activations, masks)
+        grad_h0 = loops_for(ctx.spec, hs).backward(grad_hs, weight_hh, activations, masks)
         grad_pre = overwritten(activations)
         grad_weight_hh = state_weight_gradient(grad_pre, h0, hs)
-        return grad_pre, grad_h0, grad_weight_hh, grad_pre.sum((0, 1)), None
+        return None, grad_pre, grad_h0, grad_weight_hh, grad_pre.sum((0, 1)), None
 
 
 class RNNLayer(RecurrentLayer):
-    """The tanh RNN over a sequence."""
+    """The tanh RNN over a sequence (a one-state cell's layer: a subclass names another cell)."""
 
     cell_class = RNNCell
 
     def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
-        hs, _ = RNNScan.apply(products, h, self.cell.weight_hh, self.cell.bias_ih, masks)
+        hs, _ = RNNScan.apply(self.spec, products, h, self.cell.weight_hh, self.cell.bias_ih, masks)
         return hs, hs[-1]
 
 

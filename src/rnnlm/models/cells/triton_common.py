@@ -22,7 +22,6 @@ Shapes: T steps, B batch, H hidden units; time-major; every (B, H) buffer contig
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor

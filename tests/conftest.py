@@ -233,3 +233,16 @@ METRICS = {  # a metrics.json as the evaluate stage writes it
                     "repeated_4gram_share": 0.1, "char_loglik": -2.0, "speaker_line_share": None}
              for mode in ("stateless", "stateful", "validation")},
 }
+
+
+SLURM_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol")
+
+
+def why_no_slurm() -> str | None:
+    """Why this machine cannot start the one-node test cluster of tests/test_slurm.py, or None."""
+    missing = [d for d in SLURM_COMMANDS if shutil.which(d) is None]
+    if missing:
+        return f"Slurm is not installed ({', '.join(missing)} missing: Debian's slurm-wlm and munge; .ci/run installs them)"
+    if os.geteuid() != 0:
+        return "the single-node test cluster runs its daemons as root"
+    return None

@@ -17,10 +17,7 @@ from pathlib import Path
 import pytest
 
 from rnnlm.study.slurm import slurm_states
-from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play, tiny_models
-
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol")
-
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play, tiny_models, why_no_slurm
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -28,19 +25,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _why_no_slurm() -> str | None:
-    missing = [d for d in DAEMONS if shutil.which(d) is None]
-    if missing:
-        return f"Slurm is not installed ({', '.join(missing)} missing: Debian's slurm-wlm and munge; .ci/run installs them)"
-    if os.geteuid() != 0:
-        return "the single-node test cluster runs its daemons as root"
-    return None
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A running one-node Slurm cluster of this machine's CPUs; yields the clients' environment."""
-    why = _why_no_slurm()
+    why = why_no_slurm()
     if why:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("slurm")
@@ -162,7 +150,14 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
         for seed in (1337, 1):
             provenance = json.loads((repo / f"reports/study/{model}/seed-{seed}/provenance.json").read_text())
             assert provenance["experiment"] == f"{model}-seed{seed}" and provenance["seed"] == seed
+            assert provenance["device"] == "cpu"
     assert collected.count("wrote") == 4
+    assert (storage / "runs").is_dir()  # each task pushed its run cache to the DVC remote with its experiment
+    run([sys.executable, "-m", "rnnlm.study", "report", "--readme", ""], repo, env=env)
+    table = (repo / "reports/study.md").read_text()
+    for model in ("astra_alpha", "rnn_alpha"):
+        assert f"[{model}](study/{model}/seed-1337/generations.md)" in table
+        assert f"experiment {model}-seed1337" in table and f"experiment {model}-seed1 " in table
     status = run([sys.executable, "-m", "rnnlm.study", "status", "--models", "astra_alpha", "rnn_alpha", "--seeds",
                   "2"], repo, env=env).stdout
     assert status.count("collected") == 4

@@ -1,7 +1,10 @@
 """The study on more than one machine, the DVC way: each machine is a clone that trains its model as
 an experiment and pushes it (`dvc exp push origin`, outputs and run cache to the DVC remote); the
 collecting clone pulls them (`dvc exp pull origin`) and builds the study from them. A bare git
-repository stands for the shared git server, a local folder for the DVC remote."""
+repository stands for the shared git server, a local folder for the DVC remote.
+
+tests/test_slurm.py runs the same commands as the tasks of an array job (cluster/study.sbatch), with
+more checks; this test is the path's check on machines where that one cannot start its cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play
+from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play, why_no_slurm
 
 
 def _tiny(params: dict) -> None:
@@ -31,6 +34,7 @@ def _clone(origin, path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(why_no_slurm() is None, reason="tests/test_slurm.py runs this path, as an array job's tasks")
 def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
     origin, storage = tmp_path / "origin.git", tmp_path / "dvc-storage"
     run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], tmp_path)

@@ -65,14 +65,37 @@ def _queue_rows() -> list[tuple[str, str]]:
     return rows
 
 
-def _workers_running() -> bool:
-    """True when `dvc queue status` reports an active or idle worker (a second one would train in
-    parallel on the same cores)."""
+def _workers() -> tuple[int, int]:
+    """(active, idle) queue workers, as `dvc queue status` reports them."""
     for line in _dvc(["dvc", "queue", "status"]).splitlines():
-        if line.startswith("Worker status:"):
-            counts = [int(word) for word in line.replace(",", " ").split() if word.isdigit()]
-            return sum(counts) > 0
-    return False
+        if line.startswith("Worker status:"):  # "Worker status: 0 active, 1 idle"
+            active, idle = (int(word) for word in line.replace(",", " ").split() if word.isdigit())
+            return active, idle
+    return 0, 0
+
+
+def _workers_running() -> bool:
+    """True when an active or idle worker runs (a second one would train in parallel on the same cores)."""
+    return sum(_workers()) > 0
+
+
+IDLE_WORKER_EXIT_S = 30.0
+"""How long `run` waits for an idle worker to exit before it queues (DVC's exits after about 10 s)."""
+
+
+def _let_an_idle_worker_exit() -> None:
+    """Return once no worker is idle, or one is active, or after IDLE_WORKER_EXIT_S.
+
+    A DVC worker that finds the queue empty shuts down; an experiment queued at that moment can be
+    taken by the exiting worker and dropped, listed as Failed with no log (seen when a run was queued
+    again right after its killed attempt; treeverse/dvc#10427 describes the race). Queuing after the
+    idle worker is gone, and starting a new one, avoids it."""
+    deadline = time.monotonic() + IDLE_WORKER_EXIT_S
+    while time.monotonic() < deadline:
+        active, idle = _workers()
+        if active or not idle:
+            return
+        time.sleep(1)
 
 
 def _queue_busy() -> bool:
@@ -105,6 +128,8 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
     runs; returns the queued runs."""
     pending = {name for name, status in _queue_rows() if status in ("Queued", "Running")}
     todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), pending, steps_scale)
+    if todo:
+        _let_an_idle_worker_exit()
     for model, seed in todo:
         command = queue_command(model, seed, steps_scale)
         _dvc(command)

@@ -6,8 +6,12 @@ import copy
 import hashlib
 import os
 import random
+import runpy
 import shutil
+import signal
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -246,3 +250,35 @@ def why_no_slurm() -> str | None:
     if os.geteuid() != 0:
         return "the single-node test cluster runs its daemons as root"
     return None
+
+
+@pytest.fixture
+def in_process(monkeypatch, capsys):
+    """`call(command, cwd)` runs one of our command lines inside this test's process, as a subprocess
+    would (exit status, stdout and stderr in a CompletedProcess) but without starting an interpreter
+    and importing PyTorch, seconds each. `command` is `[script, *args]` or `["-m", module, *args]`,
+    ending in `rnnlm.errors.run_main`. Only for commands that leave no process-wide setting behind:
+    not the train and evaluate stages, which set the allocator (`keep_freed_memory`)."""
+    def call(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        command = [str(word) for word in command]
+        monkeypatch.chdir(cwd)
+        sigterm = signal.getsignal(signal.SIGTERM)  # run_main installs its own
+        capsys.readouterr()
+        code = 0
+        try:
+            if command[0] == "-m":
+                monkeypatch.setattr(sys, "argv", command[1:])
+                with warnings.catch_warnings():  # the module is imported already, by the tests or the library
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+            else:
+                monkeypatch.setattr(sys, "argv", command)
+                runpy.run_path(command[0], run_name="__main__")
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(command, code, out.out, out.err)
+
+    return call

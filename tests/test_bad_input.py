@@ -1,4 +1,5 @@
-"""Every bad input through the real stages: one clear line, a non-zero exit, no partial output."""
+"""Every bad input through the real stage scripts (in the test's process where a stage allows it): one clear
+line, a non-zero exit, no partial output."""
 
 from __future__ import annotations
 
@@ -36,6 +37,22 @@ def _stage(name: str, cwd, *args: str) -> subprocess.CompletedProcess:
                           cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
 
 
+IN_PROCESS = {"download", "prepare", "tokenizer", "generate", "report"}
+"""The stages whose checks run inside the test's process (conftest's `in_process`): all but train and
+evaluate, which set the process's allocator."""
+
+
+@pytest.fixture
+def stage(in_process):
+    """`stage(name, cwd, *args)`: what `_stage` returns, in this process where the stage allows it."""
+    def call(name: str, cwd, *args) -> subprocess.CompletedProcess:
+        if name not in IN_PROCESS:
+            return _stage(name, cwd, *args)
+        return in_process([REPO_ROOT / "stages" / f"{name}.py", *args], cwd)
+
+    return call
+
+
 def _write_params(folder, raw_params, edit=None) -> None:
     tiny_models(raw_params)
     if edit is not None:
@@ -54,9 +71,9 @@ def _write_params(folder, raw_params, edit=None) -> None:
         (lambda p: p["generate"].update(prompts=[""]), "error: generate.prompts: expected a non-empty list of non-empty strings, got ['']"),
     ],
 )
-def test_params_errors_stop_the_first_stage(tmp_path, raw_params, edit, message):
+def test_params_errors_stop_the_first_stage(tmp_path, raw_params, edit, message, stage):
     _write_params(tmp_path, raw_params, edit)
-    done = _stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
+    done = stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
     assert done.returncode == 2
     assert _error_line(done).startswith(message)
     assert not (tmp_path / "data/raw/tinyshakespeare.txt").exists()
@@ -71,10 +88,10 @@ def prepared(tmp_path_factory):
     corpus.write_text(CORPUS)
     raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     _write_params(root, raw, lambda p: p["data"].update(url=corpus.as_uri(), sha256=sha256_of(CORPUS.encode())))
-    for stage, args in (("download", ["data/raw/tinyshakespeare.txt"]),
-                        ("prepare", ["data/raw/tinyshakespeare.txt", "data/prepared"]),
-                        ("tokenizer", ["data/prepared/train.txt", "models/tokenizer"])):
-        done = _stage(stage, root, *args)
+    for name, args in (("download", ["data/raw/tinyshakespeare.txt"]),
+                       ("prepare", ["data/raw/tinyshakespeare.txt", "data/prepared"]),
+                       ("tokenizer", ["data/prepared/train.txt", "models/tokenizer"])):
+        done = _stage(name, root, *args)
         assert done.returncode == 0, done.stderr
     return root
 
@@ -119,11 +136,11 @@ def test_cuda_without_gpu_stops_the_stage(prepared):
     assert not (prepared / "models/model.pt").exists()
 
 
-def test_corpus_checksum_mismatch(tmp_path, raw_params):
+def test_corpus_checksum_mismatch(tmp_path, raw_params, stage):
     source = tmp_path / "corpus.txt"
     source.write_text(CORPUS)
     _write_params(tmp_path, raw_params, lambda p: p["data"].update(url=source.as_uri(), sha256="0" * 64))
-    done = _stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
+    done = stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
     assert done.returncode != 0
     line = _error_line(done)
     assert "sha256 mismatch: expected " + "0" * 64 + ", got " + sha256_of(CORPUS.encode()) in line
@@ -134,35 +151,35 @@ def test_corpus_checksum_mismatch(tmp_path, raw_params):
     (b"", "the corpus is empty; expected UTF-8 text"),
     ("caf\u00e9 ".encode("latin-1") * 100, "not UTF-8 text (invalid byte 0xe9 at offset 3)"),
 ])
-def test_empty_or_non_utf8_corpus(tmp_path, raw_params, body, message):
+def test_empty_or_non_utf8_corpus(tmp_path, raw_params, body, message, stage):
     source = tmp_path / "corpus.bin"
     source.write_bytes(body)
     _write_params(tmp_path, raw_params, lambda p: p["data"].update(url=source.as_uri(), sha256=sha256_of(body)))
     raw = tmp_path / "data/raw/tinyshakespeare.txt"
-    done = _stage("download", tmp_path, raw)
+    done = stage("download", tmp_path, raw)
     if done.returncode == 0:  # the download checks the checksum only; the split reads the text
-        done = _stage("prepare", tmp_path, raw, tmp_path / "data/prepared")
+        done = stage("prepare", tmp_path, raw, tmp_path / "data/prepared")
     assert done.returncode != 0
     assert message in _error_line(done)
     assert not (tmp_path / "data/prepared").exists()
 
 
-def test_truncated_checkpoint(stage_dir, char_checkpoint):
+def test_truncated_checkpoint(stage_dir, char_checkpoint, stage):
     cut = stage_dir / "model.pt"
     cut.write_bytes(char_checkpoint.read_bytes()[:500])
-    done = _stage("generate", stage_dir, cut, stage_dir / "out.json")
+    done = stage("generate", stage_dir, cut, stage_dir / "out.json")
     assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
     assert not (stage_dir / "out.json").exists()
 
 
-def test_not_a_checkpoint(stage_dir):
+def test_not_a_checkpoint(stage_dir, stage):
     (stage_dir / "model.pt").write_text("weights, honest")
-    done = _stage("generate", stage_dir, stage_dir / "model.pt", stage_dir / "out.json")
+    done = stage("generate", stage_dir, stage_dir / "model.pt", stage_dir / "out.json")
     assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
 
 
 @pytest.mark.parametrize("content", [b"\x0a\x05hello" * 40, None], ids=["foreign bytes", "another archive"])
-def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_dir, content):
+def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_dir, content, stage):
     """A SentencePiece model, random bytes, or a PyTorch archive of a pickled module: one line, and
     never PyTorch's suggestion to retry with weights_only=False (that runs the file's code)."""
     path = stage_dir / "model.pt"
@@ -170,33 +187,33 @@ def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_di
         torch.save(torch.nn.Linear(2, 2), path)
     else:
         path.write_bytes(content)
-    done = _stage("generate", stage_dir, path, stage_dir / "out.json")
+    done = stage("generate", stage_dir, path, stage_dir / "out.json")
     assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
     assert "weights_only" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("stage", ["download", "prepare", "tokenizer", "train", "generate", "evaluate", "report"])
-def test_a_stage_with_the_wrong_number_of_arguments_prints_its_usage(stage, stage_dir):
-    done = _stage(stage, stage_dir, "one", "two", "three", "four", "five", "six", "seven")
+@pytest.mark.parametrize("name", ["download", "prepare", "tokenizer", "train", "generate", "evaluate", "report"])
+def test_a_stage_with_the_wrong_number_of_arguments_prints_its_usage(name, stage_dir, stage):
+    done = stage(name, stage_dir, "one", "two", "three", "four", "five", "six", "seven")
     assert done.returncode == 2
-    assert _error_line(done).startswith(f"error: usage: python stages/{stage}.py ")
+    assert _error_line(done).startswith(f"error: usage: python stages/{name}.py ")
     assert "got 7)" in _error_line(done) and "Traceback" not in done.stderr
 
 
-def test_checkpoint_of_another_model_than_the_selected_one(stage_dir, char_checkpoint, raw_params):
+def test_checkpoint_of_another_model_than_the_selected_one(stage_dir, char_checkpoint, raw_params, stage):
     raw_params["model"] = "astra_beta"
     (stage_dir / "params.yaml").write_text(yaml.safe_dump(raw_params))
-    done = _stage("generate", stage_dir, char_checkpoint, stage_dir / "out.json")
+    done = stage("generate", stage_dir, char_checkpoint, stage_dir / "out.json")
     assert done.returncode == 1
     assert re.search(r"a checkpoint of model 'astra_alpha', expected 'astra_beta'$", _error_line(done))
     assert not (stage_dir / "out.json").exists()
 
 
-def test_output_folder_that_cannot_be_written(stage_dir):
+def test_output_folder_that_cannot_be_written(stage_dir, stage):
     corpus = stage_dir / "corpus.txt"
     corpus.write_text(CORPUS)
     (stage_dir / "blocker").write_text("a file where a folder should be")
-    done = _stage("prepare", stage_dir, corpus, stage_dir / "blocker" / "prepared")
+    done = stage("prepare", stage_dir, corpus, stage_dir / "blocker" / "prepared")
     assert done.returncode == 1
     assert re.match(r"error: cannot write .*blocker/prepared: .*blocker is a file, not a folder$", _error_line(done))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rnnlm.reporting.generation_record import GenerationRun, Sample
 from rnnlm.reporting.generation_markdown import to_markdown
-from tests.conftest import METRICS, SETTINGS
+from tests.conftest import METRICS
 
 def test_markdown_sets_the_modes_side_by_side_and_escapes_html():
     run = GenerationRun(

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.conftest import REPO_ROOT
 
 
-def sample(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rnnlm.sample", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+@pytest.fixture
+def sample(in_process):
+    """`python -m rnnlm.sample ARGS` from the repository's root, run in this process (conftest's
+    `in_process`; tests/test_faults.py runs it as a process, into a closed pipe and a full disk)."""
+    return lambda *args: in_process(["-m", "rnnlm.sample", *args], REPO_ROOT)
 
 
-def test_prints_the_prompt_and_its_continuation(char_checkpoint):
+def test_prints_the_prompt_and_its_continuation(char_checkpoint, sample):
     done = sample(str(char_checkpoint), "--prompt", "ROMEO: ", "--max-new-tokens", "40", "--seed", "3")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ROMEO: ") and len(done.stdout) == len("ROMEO: ") + 40 + 1
@@ -22,7 +22,7 @@ def test_prints_the_prompt_and_its_continuation(char_checkpoint):
     assert again.stdout == done.stdout
 
 
-def test_prompt_file_modes_and_several_samples(char_checkpoint, tmp_path):
+def test_prompt_file_modes_and_several_samples(char_checkpoint, tmp_path, sample):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("KING RICHARD:\nGood ")
     done = sample(str(char_checkpoint), "--prompt-file", str(prompt), "--mode", "stateless", "--strategy",
@@ -32,7 +32,7 @@ def test_prompt_file_modes_and_several_samples(char_checkpoint, tmp_path):
     assert done.stdout.count("KING RICHARD:\nGood ") == 3
 
 
-def test_sentencepiece_checkpoint(sentencepiece_checkpoint):
+def test_sentencepiece_checkpoint(sentencepiece_checkpoint, sample):
     done = sample(str(sentencepiece_checkpoint), "--prompt", "KING: ", "--strategy", "top_p", "--max-new-tokens", "15")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("KING: ")
@@ -54,19 +54,19 @@ def test_sentencepiece_checkpoint(sentencepiece_checkpoint):
          "error: sampling 1,000,000,000,000 texts of 200 tokens does not fit in memory: one allocation asked for"),
     ],
 )
-def test_bad_input_is_one_line_and_prints_no_text(char_checkpoint, args, message):
+def test_bad_input_is_one_line_and_prints_no_text(char_checkpoint, args, message, sample):
     done = sample(str(char_checkpoint), *args)
     assert done.returncode == 1
     assert done.stderr.startswith(message) and done.stderr.count("\n") == 1
     assert done.stdout == ""
 
 
-def test_missing_checkpoint(tmp_path):
+def test_missing_checkpoint(tmp_path, sample):
     done = sample(str(tmp_path / "absent.pt"), "--prompt", "A")
     assert done.returncode == 1
     assert done.stderr == f"error: {tmp_path / 'absent.pt'}: no such checkpoint file\n"
 
 
-def test_unreadable_prompt_file(char_checkpoint, tmp_path):
+def test_unreadable_prompt_file(char_checkpoint, tmp_path, sample):
     done = sample(str(char_checkpoint), "--prompt-file", str(tmp_path / "absent.txt"))
     assert done.returncode == 1 and "cannot read the prompt file" in done.stderr

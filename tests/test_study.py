@@ -238,14 +238,12 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
     assert calls == []
 
 
-def _study_cli(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "rnnlm.study", *args], cwd=repo, env=env, capture_output=True,
-                          text=True)
+@pytest.fixture
+def study_cli(in_process):
+    """`study_cli(repo, *args)`: `python -m rnnlm.study ARGS` in `repo`, run in this process."""
+    return lambda repo, *args: in_process(["-m", "rnnlm.study", *args], repo)
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (Debian's strace package) to kill collect "
-                                                          "between its two renames")
 def _collected_from_an_older_run(repo: Path, out: Path) -> None:
     """alpha seed 1337's folder as if collected before its newest run existed."""
     study_collect.collect(repo, out)
@@ -253,7 +251,9 @@ def _collected_from_an_older_run(repo: Path, out: Path) -> None:
                                                                      "date": "2025-01-01T00:00:00+00:00"}))
 
 
-def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_until_then(repo):
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (Debian's strace package) to kill collect "
+                                                          "between its two renames")
+def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_until_then(repo, study_cli):
     out = repo / "reports/study"
     _experiment(repo, "newer-alpha", "alpha", 1.0, 2.30, "2026-02-01T10:00:00+00:00")
     _collected_from_an_older_run(repo, out)
@@ -265,11 +265,11 @@ def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_unt
     assert killed.returncode != 0
     alpha = out / "alpha"
     assert sorted(p.name for p in alpha.iterdir()) == [".seed-1337.old", ".seed-1337.partial"]  # the folder is gone
-    refused = _study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    refused = study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
     assert refused.returncode == 1 and refused.stderr == (
         "error: reports/study/alpha/.seed-1337.old: left by an interrupted `collect`; run `python -m rnnlm.study collect` "
-        f"again to mend it, then report\n")
-    mended = _study_cli(repo, "collect")
+        "again to mend it, then report\n")
+    mended = study_cli(repo, "collect")
     assert mended.returncode == 0 and "put back the run an interrupted collect had moved aside" in mended.stdout
     assert sorted(p.name for p in alpha.iterdir()) == ["seed-1337"]
     assert json.loads((alpha / "seed-1337/metrics.json").read_text())["stateful_bpc"] == 2.30
@@ -285,11 +285,11 @@ def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_unt
      "params.yaml: has seed 3, not the folder's 1337"),
     (lambda f: (f / "train_metrics.json").unlink(), "train_metrics.json: missing"),
 ], ids=["epochs disagree", "metrics cut short", "empty params", "another seed", "file missing"])
-def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, message):
+def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, message, study_cli):
     out = repo / "reports/study"
     study_collect.collect(repo, out)
     damage(out / "alpha/seed-1337")
-    done = _study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    done = study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"error: reports/study/alpha/seed-1337/{message}")
     assert not (repo / "reports/study.md").exists()

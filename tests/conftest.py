@@ -25,6 +25,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# pytest-xdist runs one worker per core (pyproject's -n 2): each worker, and the stages and DVC runs
+# it starts, computes on one thread, instead of two threads each spinning on cores the other holds.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+
 # A cell written in the tests, with Python loops only, joins the registry with one line: every test
 # that runs "each cell" runs it too (tests/softsign_cell.py).
 from rnnlm.models.cells import CELLS  # noqa: E402
@@ -282,3 +288,10 @@ def in_process(monkeypatch, capsys):
         return subprocess.CompletedProcess(command, code, out.out, out.err)
 
     return call
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with slow (end-to-end) tests first. Each worker takes whole files (--dist loadfile);
+    a long file started last would run alone while the other worker idles."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within a file is kept

@@ -11,6 +11,8 @@ import yaml
 
 from tests.conftest import make_dvc_repo, run, synthetic_play, tiny_models
 
+pytestmark = pytest.mark.slow  # every test here runs `dvc repro` on a repository the first one builds
+
 OUTPUTS = ["reports/metrics.json", "reports/generations.json", "reports/generations.md",
            "reports/plots/reset_curve.csv", "models/model.pt", "models/tokenizer/spm.model", "data/prepared/val.txt"]
 

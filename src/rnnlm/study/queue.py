@@ -20,6 +20,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rnnlm.errors import RnnlmError
@@ -55,52 +56,46 @@ def _dvc(command: list[str]) -> str:
     return result.stdout
 
 
-def _queue_rows() -> list[tuple[str, str]]:
-    """(name, status) of each task `dvc queue status` lists."""
-    rows = []
+@dataclass(frozen=True)
+class QueueStatus:
+    """What `dvc queue status` says: (name, status) of each task, and the workers, active and idle."""
+
+    rows: list[tuple[str, str]]
+    active: int
+    idle: int
+
+    @property
+    def pending(self) -> set[str]:
+        return {name for name, status in self.rows if status in ("Queued", "Running")}
+
+
+def queue_status() -> QueueStatus:
+    rows, active, idle = [], 0, 0
     for line in _dvc(["dvc", "queue", "status"]).splitlines()[1:]:
         words = line.split()
-        if len(words) >= 3 and not line.startswith("Worker status:"):
-            rows.append((words[1], words[-1]))
-    return rows
-
-
-def _workers() -> tuple[int, int]:
-    """(active, idle) queue workers, as `dvc queue status` reports them."""
-    for line in _dvc(["dvc", "queue", "status"]).splitlines():
         if line.startswith("Worker status:"):  # "Worker status: 0 active, 1 idle"
             active, idle = (int(word) for word in line.replace(",", " ").split() if word.isdigit())
-            return active, idle
-    return 0, 0
-
-
-def _workers_running() -> bool:
-    """True when an active or idle worker runs (a second one would train in parallel on the same cores)."""
-    return sum(_workers()) > 0
+        elif len(words) >= 3:
+            rows.append((words[1], words[-1]))
+    return QueueStatus(rows, active, idle)
 
 
 IDLE_WORKER_EXIT_S = 30.0
 """How long `run` waits for an idle worker to exit before it queues (DVC's exits after about 10 s)."""
 
 
-def _let_an_idle_worker_exit() -> None:
-    """Return once no worker is idle, or one is active, or after IDLE_WORKER_EXIT_S.
+def _after_an_idle_worker_exits(status: QueueStatus) -> QueueStatus:
+    """The queue's status once no worker is idle, or one is active, or after IDLE_WORKER_EXIT_S.
 
     A DVC worker that finds the queue empty shuts down; an experiment queued at that moment can be
     taken by the exiting worker and dropped, listed as Failed with no log (seen when a run was queued
     again right after its killed attempt; treeverse/dvc#10427 describes the race). Queuing after the
     idle worker is gone, and starting a new one, avoids it."""
     deadline = time.monotonic() + IDLE_WORKER_EXIT_S
-    while time.monotonic() < deadline:
-        active, idle = _workers()
-        if active or not idle:
-            return
+    while status.idle and not status.active and time.monotonic() < deadline:
         time.sleep(1)
-
-
-def _queue_busy() -> bool:
-    """True while `dvc queue status` lists a queued or running experiment."""
-    return any(status in ("Queued", "Running") for _, status in _queue_rows())
+        status = queue_status()
+    return status
 
 
 def held_runs(repo: Path, study_dir: Path, steps_scale: float) -> set[tuple[str, int]]:
@@ -126,17 +121,17 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
         study_dir: Path = Path("reports/study")) -> list[tuple[str, int]]:
     """Queue what `plan` gives (models and seeds checked by the caller) and start a worker if none
     runs; returns the queued runs."""
-    pending = {name for name, status in _queue_rows() if status in ("Queued", "Running")}
-    todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), pending, steps_scale)
+    status = queue_status()
+    todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), status.pending, steps_scale)
     if todo:
-        _let_an_idle_worker_exit()
+        status = _after_an_idle_worker_exits(status)
     for model, seed in todo:
         command = queue_command(model, seed, steps_scale)
         _dvc(command)
         print("queued:", " ".join(command[4:]))
     if not todo:
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
-    elif _workers_running():
+    elif status.active or status.idle:  # a second worker would train beside it, on the same cores
         print("a queue worker is already running; it will take these experiments in turn")
     else:
         # Not through a pipe: the worker DVC leaves running would hold it open, and we would wait on it.
@@ -147,6 +142,6 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
         print("queue started (one worker).")
     print("Follow it with `dvc queue status` / `dvc queue logs NAME` / `python -m rnnlm.study status`;")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
-    while wait and _queue_busy():
+    while wait and queue_status().pending:
         time.sleep(30)
     return todo

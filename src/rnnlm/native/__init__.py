@@ -107,10 +107,13 @@ def _staged(files: list[Path], name: str) -> list[Path]:
 
 def _put_pip_ninja_on_path() -> None:
     """PyTorch runs `ninja` from PATH; the pinned one from PyPI lives in the interpreter's scripts
-    folder, which is not on PATH when a virtual environment's python is run without activating it."""
+    folder, which is not on PATH when a virtual environment's python is run without activating it.
+    Where the package finds no folder of its own (BIN_DIR is "" in a venv over system packages), PATH
+    is left as it is: an empty entry would mean the current folder."""
     if shutil.which("ninja") is None:
         try:
             import ninja
         except ImportError:
             return
-        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        if ninja.BIN_DIR and (Path(ninja.BIN_DIR) / "ninja").exists():
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")

@@ -226,6 +226,35 @@ def test_run_queues_each_model_and_seed_not_held_yet(repo):
     assert study_queue.experiment_name("beta", 2, 0.01) == "beta-seed2-scale0.01"
 
 
+def test_runs_are_queued_only_once_an_idle_worker_has_exited(monkeypatch):
+    """DVC's worker exits on an empty queue, and a run queued meanwhile can be dropped: `run` waits
+    for an idle worker to go (reading `dvc queue status` each second), then queues and starts one."""
+    def status(workers: str) -> str:
+        return ("Task     Name          Created    Status\n"
+                "a38da70  alpha-seed1   09:45 AM   Failed\n\n"
+                f"Worker status: {workers}\n")
+
+    replies = [status("0 active, 1 idle"), status("0 active, 1 idle"), status("0 active, 0 idle")]
+    calls = []
+
+    def dvc(command):
+        calls.append(" ".join(command[:3]))
+        return replies.pop(0) if command[:3] == ["dvc", "queue", "status"] else ""
+
+    monkeypatch.setattr(study_queue, "_dvc", dvc)
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    monkeypatch.setattr(study_queue.time, "sleep", lambda seconds: None)
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    parsed = study_queue.QueueStatus([("alpha-seed1", "Failed")], 0, 1)
+    assert study_queue.queue_status() == parsed and not parsed.pending
+    replies.insert(0, status("0 active, 1 idle"))
+    assert study_queue.run(["alpha"], [1], 1.0, wait=False) == [("alpha", 1)]
+    assert calls[-4:] == ["dvc queue status", "dvc queue status", "dvc queue status", "dvc exp run"]
+    assert started == [["dvc", "queue", "start", "--jobs", "1"]]  # the idle worker is gone: a new one
+
+
 def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_queued(monkeypatch):
     calls = []
     monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")

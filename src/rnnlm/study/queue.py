@@ -70,6 +70,7 @@ class QueueStatus:
 
 
 def queue_status() -> QueueStatus:
+    """`dvc queue status` in the current repository, parsed."""
     rows, active, idle = [], 0, 0
     for line in _dvc(["dvc", "queue", "status"]).splitlines()[1:]:
         words = line.split()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 
 import pandas as pd
 import pytest
@@ -63,6 +64,22 @@ def test_welch_and_paired_intervals_follow_their_formulas():
     before, after = [1.0, 2.0, 3.0], [0.9, 1.8, 2.95]
     assert st.paired(before, after).estimate == pytest.approx(statistics.fmean([0.1, 0.2, 0.05]))
     assert st.paired(before, after).half_width < st.welch(before, after).half_width  # pairing removes the runs' spread
+
+
+def test_welch_against_a_model_without_spread_is_the_other_models_t_interval_shifted():
+    varied, constant = seeds(4.0, 0.5), [3.0, 3.0, 3.0, 3.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy warns on a zero variance; ours must not reach it
+        both_ways = st.welch(varied, constant), st.welch(constant, varied)
+    half = stats.t.ppf(0.975, 4) * statistics.stdev(varied) / math.sqrt(5)  # Welch's df: n - 1 of the varied side
+    for interval, estimate in zip(both_ways, (1.0, -1.0)):
+        assert interval.estimate == pytest.approx(estimate) and interval.n == 4
+        assert interval.half_width == pytest.approx(half)
+        assert (interval.low + interval.high) / 2 == pytest.approx(estimate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scipy_bounds = stats.ttest_ind(varied, constant, equal_var=False).confidence_interval(0.95)
+    assert (both_ways[0].low, both_ways[0].high) == pytest.approx(tuple(scipy_bounds))
 
 
 def test_one_run_has_no_interval_and_decides_nothing():

@@ -83,8 +83,16 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Interval:
     n = int(min(x.size, y.size))
     if n < 2:
         return Interval(difference, difference, difference, n)
-    if np.ptp(x) == 0 and np.ptp(y) == 0:
-        return Interval(difference, difference, difference, n)
+    # One side without spread (every seed at a horizon of 8 tokens, say) adds nothing to Welch's
+    # standard error or degrees of freedom: the interval is the other side's t-interval, shifted.
+    # scipy would give the same bounds, after warning of "catastrophic cancellation" in a variance
+    # that is exactly zero.
+    if np.ptp(y) == 0:
+        other = t_interval(x)
+        return Interval(difference, other.low - y[0], other.high - y[0], n)
+    if np.ptp(x) == 0:
+        other = t_interval(y)
+        return Interval(difference, x[0] - other.high, x[0] - other.low, n)
     low, high = stats.ttest_ind(x, y, equal_var=False).confidence_interval(CONFIDENCE)
     return Interval(difference, float(low), float(high), n)
 

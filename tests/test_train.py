@@ -12,7 +12,9 @@ from rnnlm.device import DeviceError, resolve_device
 from rnnlm.models.kinds import build_model
 from rnnlm.training.resume import read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
-from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
+from rnnlm import backend
+from rnnlm.training.train import (TrainingError, WindowSampler, processor_name, steps_per_epoch, train,
+                                 val_batch_seed)
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from tests.conftest import synthetic_play
 
@@ -171,6 +173,18 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(DeviceError, match="train.device is 'cuda' but no CUDA GPU is available"):
         resolve_device("cuda")
     assert resolve_device("auto").type == "cpu"
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [
+    ({"model name": "AMD EPYC", "cpu family": "26", "model": "2", "stepping": "1"},
+     "AMD EPYC (family 26 model 2 stepping 1)"),
+    ({"model name": "AMD EPYC", "cpu family": "25", "model": "1", "stepping": "1"},
+     "AMD EPYC (family 25 model 1 stepping 1)"),
+    ({"model name": "Some CPU"}, "Some CPU"),  # no generation readable: the name alone
+])
+def test_the_processor_a_run_records_tells_cpu_generations_apart(monkeypatch, cpuinfo, expected):
+    monkeypatch.setattr(backend, "_cpuinfo", lambda field: cpuinfo.get(field, ""))
+    assert processor_name(torch.device("cpu")) == expected
 
 
 def test_steps_scale():

@@ -160,10 +160,14 @@ class _Run:
 
 
 def processor_name(device: torch.device) -> str:
-    """The model name of what runs on `device`: the GPU's on CUDA, else the CPU's."""
+    """The model name of what runs on `device`: the GPU's on CUDA, else the CPU's with its generation
+    where /proc/cpuinfo gives one ("AMD EPYC (family 26 model 2 stepping 1)"): a virtual machine
+    names a Zen 3 and a Zen 5 alike, and a study's seeds may come from both."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return backend.cpu_model() or platform.processor() or platform.machine()
+    name = backend.cpu_model() or platform.processor() or platform.machine()
+    generation = backend.cpu_generation()
+    return f"{name} ({generation})" if generation else name
 
 
 def products_gemm(device: torch.device) -> str:

@@ -90,9 +90,9 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Interval:
     if np.ptp(y) == 0:
         other = t_interval(x)
         return Interval(difference, other.low - y[0], other.high - y[0], n)
-    if np.ptp(x) == 0:
-        other = t_interval(y)
-        return Interval(difference, x[0] - other.high, x[0] - other.low, n)
+    if np.ptp(x) == 0:  # the same, mirrored: mean(a) - mean(b) = -(mean(b) - mean(a))
+        mirrored = welch(b, a)
+        return Interval(difference, -mirrored.high, -mirrored.low, n)
     low, high = stats.ttest_ind(x, y, equal_var=False).confidence_interval(CONFIDENCE)
     return Interval(difference, float(low), float(high), n)
 

@@ -17,14 +17,17 @@ every figure), and the same figures as JSON beside it.
 
     python benchmarks/gpu_check.py --corpus PATH --study astra_gamma leviathan --results DIR
 
-trains the named models at full scale through the same stage scripts instead, and packs each
-model's outputs (training metrics and curves, evaluation metrics, reset curve, generations, and
-provenance) into DIR/<model>.tar.gz; checkpoints stay behind.
+trains the named models at full scale through the same stage scripts instead (`--seeds 1 2` for
+several seeds each, `--jobs N` for N runs at once, one process each, on the one GPU), and packs each
+run's study folder (params, training metrics and curves, evaluation metrics, reset and context
+curves, generations, provenance naming the GPU) into DIR/<model>-seed-<seed>.tar.gz; checkpoints
+stay behind. `python -m rnnlm.study collect --archives DIR` takes them into reports/study/.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime
 import io
@@ -123,11 +126,17 @@ def stage_commands(model: str) -> list[list[str]]:
     return commands
 
 
-def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None) -> dict[str, object]:
-    """The pipeline's stage scripts for `model`, in `work` (a scratch copy of the repository)."""
+def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None,
+               seed: int | None = None, threads: int | None = None) -> dict[str, object]:
+    """The pipeline's stage scripts for `model` (at `seed`, default params.yaml's), in `work` (a
+    scratch copy of the repository), each stage's CPU work on `threads` threads (default: all)."""
     env = {**os.environ, "PYTHONPATH": "src", "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     params = work / "params.yaml"
     text = re.sub(r"(?m)^model: .*$", f"model: {model}", params.read_text(), count=1)
+    if seed is not None:
+        text = re.sub(r"(?m)^seed: .*$", f"seed: {seed}", text, count=1)
     if steps_scale is not None:
         text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
     params.write_text(text)
@@ -272,37 +281,81 @@ def markdown(report: dict[str, object]) -> str:
 
 
 OUTPUTS = {name: path for name, path in FOLDER.items() if name != "params.yaml"}
-"""What --study keeps of each model's run: archive name -> path in the scratch repository."""
+"""What --study keeps of each run besides its params: archive name -> path in the scratch repository."""
 
 
-def study(models: list[str], corpus: Path, results: Path, log, steps_scale: float | None) -> None:
-    """Train `models` through the stages, one after another; as each finishes, write its outputs and
-    provenance to `results/<model>.tar.gz` (one file a model, so a run cut short keeps the finished ones)."""
+def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_dir: Path,
+          steps_scale: float | None, jobs: int = 1) -> None:
+    """Train each (model, seed) of `runs` through the stages, `jobs` of them at once on the one GPU,
+    each in a scratch copy of its own and a process per stage (so runs share the GPU as separate
+    processes: each computes what it computes alone). As each finishes, its outputs and provenance go
+    to `results/<model>-seed-<seed>.tar.gz` (`<model>/seed-<seed>/<file>` inside; checkpoints stay
+    behind), so a call cut short keeps the finished runs."""
     env = environment()
     results.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = scratch_copy(Path(tmp))
-        for model in models:
-            start = time.perf_counter()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    batch_start = time.perf_counter()
+
+    labels = [f"{model}-seed-{seed}" if seed is not None else model for model, seed in runs]
+    labels = [label if labels.count(label) == 1 else f"{label}-copy-{labels[:i].count(label) + 1}"
+              for i, label in enumerate(labels)]  # the same run twice (to compare them) gets two names
+
+    def one(index: int) -> str:
+        (model, seed), label = runs[index], labels[index]
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp, open(log_dir / f"{label}.log", "w") as log:
+            work = scratch_copy(Path(tmp))
             try:
-                result = run_stages(model, corpus, work, log, steps_scale)
+                result = run_stages(model, corpus, work, log, steps_scale, seed=seed, threads=threads)
             except RuntimeError as error:
-                print(f"{model}: {error}", flush=True)
-                continue
-            provenance = {**env, "model": model, "wall_seconds": time.perf_counter() - start,
+                return f"{label}: {error}"
+            seed = yaml.safe_load((work / "params.yaml").read_text())["seed"]
+            provenance = {**env, "model": model, "seed": seed, "wall_seconds": time.perf_counter() - start,
                           "stage_seconds": result["stage_seconds"], "steps_scale": steps_scale or 1.0,
+                          "runs_sharing_the_gpu": jobs, "checkpoint": "left on the GPU machine",
                           "commit": _commit(), "made_by": "benchmarks/gpu_check.py --study"}
-            data = (json.dumps(provenance, indent=2) + "\n").encode()
-            partial = results / f".{model}.tar.gz"
-            with tarfile.open(partial, "w:gz") as tar:
-                for name, path in OUTPUTS.items():
-                    tar.add(work / path, arcname=f"{model}/{name}")
-                info = tarfile.TarInfo(f"{model}/provenance.json")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            partial.rename(results / f"{model}.tar.gz")
-            print(f"{model}: val {result['train']['val_loss']:.4f}, stateful {result['stateful_bpc']:.3f}, "
-                  f"stateless {result['stateless_bpc']:.3f}, {time.perf_counter() - start:.0f} s", flush=True)
+            archive = f"{model}-seed-{seed}" + label.partition("-copy")[1] + label.partition("-copy")[2]
+            pack(work, results / f"{archive}.tar.gz", f"{model}/seed-{seed}", provenance)
+        return (f"{label}: val {result['train']['val_loss']:.4f}, stateful {result['stateful_bpc']:.3f}, "
+                f"stateless {result['stateless_bpc']:.3f}, {time.perf_counter() - start:.0f} s "
+                f"(at {time.perf_counter() - batch_start:.0f} s)")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for said in pool.map(one, range(len(runs))):
+            print(said, flush=True)
+    print(f"{len(runs)} runs, {jobs} at a time: {time.perf_counter() - batch_start:.0f} s", flush=True)
+
+
+def study_runs(names: list[str], seeds: list[int] | None) -> list[tuple[str, int | None]]:
+    """(model, seed) pairs from `--study` words: MODEL (at each of `seeds`, or params.yaml's seed) or
+    MODEL:SEED (that seed alone). A word that is neither is refused in one line."""
+    runs: list[tuple[str, int | None]] = []
+    for name in names:
+        model, _, seed = name.partition(":")
+        if seed:
+            if not seed.isdigit():
+                sys.exit(f"error: --study {name}: expected MODEL or MODEL:SEED with SEED a whole number")
+            runs.append((model, int(seed)))
+        else:
+            runs += [(model, s) for s in (seeds or [None])]
+    return runs
+
+
+def pack(work: Path, archive: Path, folder: str, provenance: dict[str, object]) -> None:
+    """The study folder's files of the run in `work`, and its provenance, into `archive` (written
+    under a temporary name, then renamed)."""
+    data = (json.dumps(provenance, indent=2) + "\n").encode()
+    partial = archive.with_name(f".{archive.name}")
+    with tarfile.open(partial, "w:gz") as tar:
+        for name, path in OUTPUTS.items():
+            tar.add(work / path, arcname=f"{folder}/{name}")
+        for name in ("params.yaml",):
+            tar.add(work / name, arcname=f"{folder}/{name}")
+        info = tarfile.TarInfo(f"{folder}/provenance.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    partial.rename(archive)
 
 
 def _commit() -> str:
@@ -322,8 +375,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--allow-tf32", action="store_true")
     parser.add_argument("--skip", nargs="*", default=[], choices=["tests", "speed", "pipeline"])
-    parser.add_argument("--study", nargs="+", metavar="MODEL", help="train these models instead of the check")
-    parser.add_argument("--results", type=Path, help="with --study: the folder for <model>.tar.gz")
+    parser.add_argument("--study", nargs="+", metavar="MODEL", help="train these models (MODEL or MODEL:SEED) instead of the check")
+    parser.add_argument("--seeds", nargs="+", type=int, help="with --study: train each model at each of these seeds "
+                        "(default: params.yaml's seed)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --study: runs at once on the GPU (processes)")
+    parser.add_argument("--results", type=Path, help="with --study: the folder for <model>-seed-<seed>.tar.gz")
     parser.add_argument("--steps-scale", type=float, help="with --study: train.steps_scale (default: params)")
     parser.add_argument("--profile", nargs="+", metavar="MODEL", help="print where a step's GPU time goes")
     parser.add_argument("--log", type=Path, help="where the stages' and tests' output goes (default: beside --out)")
@@ -342,7 +398,9 @@ def main() -> None:
         if args.study:
             if args.results is None:
                 parser.error("--study needs --results")
-            study(args.study, args.corpus.resolve(), args.results, log, args.steps_scale)
+            runs = study_runs(args.study, args.seeds)
+            study(runs, args.corpus.resolve(), args.results, log_path.with_name(f"{log_path.stem}-runs"), args.steps_scale,
+                  args.jobs)
             return
         report: dict[str, object] = {"environment": environment(), "precision": precision, "errors": {}}
         steps = {"tests": lambda: run_tests(log), "speed": lambda: run_speed(args.models, args.repeats),

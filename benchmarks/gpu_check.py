@@ -13,7 +13,8 @@
    the CPU.
 
 It writes one report, `reports/gpu/check.md` (GPU model, driver, PyTorch, CUDA and cuDNN versions,
-every figure), and the same figures as JSON beside it.
+every figure), and the same figures as JSON beside it. A check split over several device calls
+(`--skip` some parts in each) is joined afterwards, anywhere: `--merge A.json B.json --note ...`.
 
     python benchmarks/gpu_check.py --corpus PATH --study astra_gamma leviathan --results DIR
 
@@ -43,6 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import sentencepiece
 import torch
 import yaml
 
@@ -75,6 +77,7 @@ def environment() -> dict[str, object]:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "driver": driver, "gpu_memory": memory, "nvidia_smi_name": name,
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "sentencepiece": sentencepiece.__version__,  # the stages import the same (stage_pythonpath)
         # this process leaves glibc's allocator as it is (the stages it runs keep freed memory themselves)
         "cpu": timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=False)),
         "python": platform.python_version(),
@@ -126,11 +129,18 @@ def stage_commands(model: str) -> list[list[str]]:
     return commands
 
 
+def stage_pythonpath() -> str:
+    """The stages' PYTHONPATH: the scratch copy's `src` first, then whatever this process was given
+    (on a GPU machine, the folder of carried wheels that pin what its image has in other versions:
+    without it the tokenizer stage trains with the image's SentencePiece, a different tokenizer)."""
+    return os.pathsep.join(["src", *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None,
                seed: int | None = None, threads: int | None = None) -> dict[str, object]:
     """The pipeline's stage scripts for `model` (at `seed`, default params.yaml's), in `work` (a
     scratch copy of the repository), each stage's CPU work on `threads` threads (default: all)."""
-    env = {**os.environ, "PYTHONPATH": "src", "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": stage_pythonpath(), "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     params = work / "params.yaml"
@@ -243,7 +253,8 @@ def markdown(report: dict[str, object]) -> str:
         "# GPU check", "",
         f"Written by `benchmarks/gpu_check.py` on {env['date']}.", "",
         f"- GPU: {env['gpu']} ({env['gpu_memory']}), driver {env['driver']}",
-        f"- PyTorch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Python {env['python']}",
+        f"- PyTorch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Python {env['python']}, "
+        f"SentencePiece {env.get('sentencepiece', '?')}",
         f"- CPU: {env['cpu']}",
         f"- float32 products: {report['precision']}", "",
     ]
@@ -277,7 +288,27 @@ def markdown(report: dict[str, object]) -> str:
                   "- stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in pipe["stage_seconds"].items()), ""]
     for key, error in report.get("errors", {}).items():
         lines += [f"**{key} failed**: `{error}`", ""]
+    if report.get("parts"):
+        lines += ["## How it ran", "", *[f"- {', '.join(part['sections'])}: {part['date']}"
+                                         + (f"; {part['note']}" if part.get("note") else "")
+                                         for part in report["parts"]], ""]
     return "\n".join(lines)
+
+
+def merge(paths: list[Path], notes: list[str]) -> dict[str, object]:
+    """One report from the JSON reports of a check split over several device calls (tests and
+    pipeline in one, the speed table in another): each section from the last report that has it,
+    the environment of the last, and for each part its date, its sections and the note given for
+    it (`notes[i]` for `paths[i]`, e.g. what else ran on the GPU meanwhile)."""
+    merged: dict[str, object] = {"errors": {}, "parts": []}
+    for i, path in enumerate(paths):
+        part = json.loads(path.read_text(encoding="utf-8"))
+        sections = [key for key in ("tests", "speed", "pipeline") if key in part]
+        merged.update({key: part[key] for key in ("environment", "precision", *sections)})
+        merged["errors"].update(part.get("errors", {}))
+        merged["parts"].append({"date": part["environment"]["date"], "sections": sections,
+                                "note": notes[i] if i < len(notes) else ""})
+    return merged
 
 
 OUTPUTS = {name: path for name, path in FOLDER.items() if name != "params.yaml"}
@@ -383,7 +414,16 @@ def main() -> None:
     parser.add_argument("--steps-scale", type=float, help="with --study: train.steps_scale (default: params)")
     parser.add_argument("--profile", nargs="+", metavar="MODEL", help="print where a step's GPU time goes")
     parser.add_argument("--log", type=Path, help="where the stages' and tests' output goes (default: beside --out)")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                        help="write --out from the JSON reports of a check split over several calls (no GPU needed)")
+    parser.add_argument("--note", action="append", default=[], help="with --merge: a note for each part, in order")
     args = parser.parse_args()
+    if args.merge:
+        report = merge(args.merge, args.note)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(markdown(report) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        return
     if not torch.cuda.is_available():
         sys.exit("error: no CUDA GPU here; this command checks a GPU machine")
     if not args.corpus.is_file():

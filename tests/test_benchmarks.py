@@ -161,6 +161,30 @@ def test_gpu_check_report_names_the_machine_and_every_figure():
         assert expected in text, expected
 
 
+def test_gpu_check_joins_a_check_split_over_two_calls(tmp_path):
+    """Tests and pipeline from one device call, the speed table from another: one report with every
+    section, the newer environment, and each part's date and note."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import gpu_check
+
+    env = {"gpu": "NVIDIA H200", "gpu_memory": "141 GB", "driver": "580", "torch": "2.11", "cuda": "13.0",
+           "cudnn": 91900, "python": "3.12", "cpu": "Xeon"}
+    first = {"environment": {**env, "date": "2026-11-26T01:17"}, "precision": "ieee", "errors": {},
+             "tests": {"summary": "35 passed", "exit_code": 0, "seconds": 30.0, "failures": []}}
+    second = {"environment": {**env, "date": "2026-11-26T01:26"}, "precision": "ieee",
+              "errors": {"pipeline": "skipped"}, "speed": {"matmul_gflops": 5e4, "repeats": 5, "rows": [], "errors": {}}}
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, part in zip(paths, (first, second)):
+        path.write_text(json.dumps(part))
+    report = gpu_check.merge(paths, ["beside five study runs"])
+    assert report["tests"] == first["tests"] and report["speed"] == second["speed"]
+    assert report["environment"]["date"] == "2026-11-26T01:26" and report["errors"] == {"pipeline": "skipped"}
+    assert report["parts"] == [{"date": "2026-11-26T01:17", "sections": ["tests"], "note": "beside five study runs"},
+                               {"date": "2026-11-26T01:26", "sections": ["speed"], "note": ""}]
+    text = gpu_check.markdown(report)
+    assert "- tests: 2026-11-26T01:17; beside five study runs" in text and "- speed: 2026-11-26T01:26" in text
+
+
 def test_gpu_check_environment_describes_the_machine_without_a_gpu():
     """The GPU check's first step runs on any machine: it names the CPU as the benchmark does."""
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))

@@ -3,7 +3,7 @@
     python -m rnnlm.study run [--models NAME ...] [--seeds N] [--steps-scale S] [--wait]
     python -m rnnlm.study run --slurm [--models ...] [--seeds N] [--partition P] [--time T] [--gpus G] ...
     python -m rnnlm.study status [--models ...] [--seeds N]
-    python -m rnnlm.study collect [--repo .] [--out reports/study]
+    python -m rnnlm.study collect [--repo .] [--out reports/study] [--archives PATH ...]
     python -m rnnlm.study report [--study reports/study] [--markdown reports/study.md] [--figure reports/study.png]
                                 [--readme README.md]
     python -m rnnlm.study resume-files [--dir .resume] [--prune-older-than DAYS]
@@ -11,7 +11,8 @@
 `run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`), or with
 `--slurm` submits them as one Slurm array job (`rnnlm.study.slurm`); `status` says where each stands;
 `collect` copies each (model, seed)'s newest finished run (an experiment, local or pulled with
-`dvc exp pull`, or a commit) into `reports/study/<model>/seed-<seed>/`
+`dvc exp pull`, or a commit; with `--archives`, the archives a GPU machine's
+`benchmarks/gpu_check.py --study` sends back) into `reports/study/<model>/seed-<seed>/`
 (`rnnlm.study.collect`); `report` builds the tables, figure and summaries from those
 folders alone (`rnnlm.study.report`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`).
@@ -24,7 +25,7 @@ import math
 from pathlib import Path
 
 from rnnlm.params import load_params
-from rnnlm.study.collect import collect
+from rnnlm.study.collect import archive_paths, collect
 from rnnlm.study.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.status import status_lines
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
                                                          "reports/study/")
     collect_parser.add_argument("--repo", type=Path, default=Path("."), help="the repository's root (default: here)")
     collect_parser.add_argument("--out", type=Path, default=Path("reports/study"))
+    collect_parser.add_argument("--archives", nargs="+", type=Path, default=[], metavar="PATH",
+                                help="also take in runs trained without DVC: <model>-seed-<seed>.tar.gz files "
+                                     "written by benchmarks/gpu_check.py --study, or folders of them")
     report_parser = commands.add_parser("report", help="write the study's tables, figure and summaries from "
                                                        "reports/study/")
     report_parser.add_argument("--study", type=Path, default=Path("reports/study"))
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         for line in resume_files(resume_folder(args.dir), args.prune_older_than):
             print(line)
     elif args.command == "collect":
-        for line in collect(args.repo, args.out):
+        for line in collect(args.repo, args.out, archive_paths(args.archives)):
             print(line)
     else:
         runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)

@@ -20,18 +20,27 @@ the two renames leaves `<name>` missing; the next `collect` mends that first (`m
 goes back, then the new one is written again) and removes every `.partial`/`.old` leftover, and
 `report` refuses to run while one is there.
 
-Everything is read with git (`git for-each-ref`, `git show`), so the experiments need not be in
+`--archives` also takes in runs trained where there is no DVC (a lent GPU machine):
+`benchmarks/gpu_check.py --study` packs each as `<model>-seed-<seed>.tar.gz` holding the same files
+and a provenance naming the GPU; `collect_archive` checks that its folder, params, training metrics
+and provenance name one run and writes it through the same swap, the archive's name and checksum
+in its provenance.
+
+Everything else is read with git (`git for-each-ref`, `git show`), so the experiments need not be in
 the workspace: `dvc exp pull origin NAME` brings another machine's run here as a ref.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
+import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
@@ -205,19 +214,16 @@ def mend(out: Path) -> list[str]:
     return said
 
 
-def write_folder(repo: Path, run: Run, folder: Path) -> None:
-    """The run's files and provenance, written whole into `.<name>.partial`, then swapped in (see
-    the module docstring)."""
+def write_folder(files: dict[str, str], provenance_record: dict[str, object], folder: Path) -> None:
+    """`files` (study folder name -> text) and the provenance, written whole into `.<name>.partial`
+    (provenance.json last), then swapped in (see the module docstring)."""
     partial, old = _partial(folder), _old(folder)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     try:
-        for name, path in FOLDER.items():
-            text = _show(repo, run.rev, path)
-            if text is not None:  # runs evaluated before the context curve existed have none
-                (partial / name).write_text(text, encoding="utf-8")
-        (partial / "provenance.json").write_text(json.dumps(provenance(repo, run), indent=2) + "\n",
-                                                 encoding="utf-8")
+        for name, text in files.items():
+            (partial / name).write_text(text, encoding="utf-8")
+        (partial / "provenance.json").write_text(json.dumps(provenance_record, indent=2) + "\n", encoding="utf-8")
     except BaseException as error:
         shutil.rmtree(partial, ignore_errors=True)
         if isinstance(error, OSError) and error.errno in NO_SPACE:
@@ -231,9 +237,98 @@ def write_folder(repo: Path, run: Run, folder: Path) -> None:
         partial.rename(folder)
 
 
-def collect(repo: str | Path = ".", out: str | Path = "reports/study") -> list[str]:
+def run_files(repo: Path, run: Run) -> dict[str, str]:
+    """The study folder's files of `run`, read from its commit (runs evaluated before the context
+    curve existed have no context_curve.csv)."""
+    files = {name: _show(repo, run.rev, path) for name, path in FOLDER.items()}
+    return {name: text for name, text in files.items() if text is not None}
+
+
+def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool], date: str,
+             write: Callable[[], None]) -> str:
+    """Write a run into `folder` through `write()` unless the folder holds it already (`same(held
+    provenance)`) or a newer run; returns the line `collect` prints."""
+    held = _held(folder)
+    if held is not None and same(held):
+        return f"{label}: up to date ({source})"
+    if held is not None and "date" in held and datetime.fromisoformat(held["date"]) > datetime.fromisoformat(date):
+        return f"{label}: kept the newer run already in {folder} (found {source}, of {date})"
+    write()
+    return f"{label}: wrote {folder} from {source}"
+
+
+ARCHIVE_MADE_BY = "benchmarks/gpu_check.py --study"
+
+
+def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
+    """The run in `path`, a `<model>-seed-<seed>.tar.gz` written by `gpu_check.py --study` on a
+    machine without DVC: its folder inside (`<model>/seed-<seed>`), its study files (name -> text)
+    and its provenance. Anything else is refused in one line (`CollectError`)."""
+    def refuse(why: str) -> CollectError:
+        return CollectError(f"{path}: {why}; expected a <model>-seed-<seed>.tar.gz written by {ARCHIVE_MADE_BY}")
+
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = [m for m in tar.getmembers() if m.isfile()]
+            folders = {str(PurePosixPath(m.name).parent) for m in members}
+            if len(folders) != 1 or any(PurePosixPath(m.name).is_absolute() or ".." in PurePosixPath(m.name).parts
+                                         or len(PurePosixPath(m.name).parts) != 3 for m in members):
+                raise refuse("does not hold exactly one <model>/seed-<seed>/ folder of files")
+            texts = {PurePosixPath(m.name).name: tar.extractfile(m).read().decode("utf-8") for m in members}
+    except FileNotFoundError:
+        raise CollectError(f"{path}: no such file; expected a <model>-seed-<seed>.tar.gz") from None
+    except (tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as error:
+        raise refuse(f"not a readable gzip'd tar archive ({type(error).__name__})") from None
+    folder = folders.pop()
+    unknown = set(texts) - set(FOLDER) - {"provenance.json"}
+    missing = {"params.yaml", "train_metrics.json", "metrics.json", "provenance.json"} - set(texts)
+    if unknown or missing:
+        raise refuse(f"{'holds ' + ', '.join(sorted(unknown)) if unknown else 'lacks ' + ', '.join(sorted(missing))}")
+    try:
+        params, train = yaml.safe_load(texts["params.yaml"]), json.loads(texts["train_metrics.json"])
+        record = json.loads(texts.pop("provenance.json"))
+    except (yaml.YAMLError, ValueError) as error:
+        raise refuse(f"a file does not parse ({type(error).__name__})") from None
+    model, seed = params.get("model"), params.get("seed")
+    if folder != f"{model}/{seed_folder_name(seed)}" or train.get("model") != model or record.get("model") != model:
+        raise refuse(f"its folder {folder}, params (model {model}, seed {seed}), training metrics and provenance "
+                     "do not name one run")
+    return folder, texts, record
+
+
+def archive_paths(paths: list[Path]) -> list[Path]:
+    """The archives named: each file as it is, each folder's `*.tar.gz` in name order."""
+    found: list[Path] = []
+    for path in paths:
+        found += sorted(path.glob("*.tar.gz")) if path.is_dir() else [path]
+    return found
+
+
+def collect_archive(path: Path, out: Path) -> str:
+    """Write the run in the archive at `path` (`read_archive`) into its study folder under `out`,
+    unless the folder holds it already or a newer run; returns the line `collect` prints. Its
+    provenance is the archive's (the GPU, library versions, stage times, how many runs shared the
+    GPU, that the checkpoint stayed behind) with the training metrics' device, processor, GEMM and
+    seconds, the archive's name and checksum, and this command as the collector."""
+    folder_name, files, record = read_archive(path)
+    params, train = yaml.safe_load(files["params.yaml"]), json.loads(files["train_metrics.json"])
+    steps_scale = float(params.get("train", {}).get("steps_scale", 1.0))
+    run = Run(rev="", experiment=None, baseline=str(record.get("commit", "")), date=str(record.get("date")),
+              model=params["model"], seed=int(params["seed"]), steps_scale=steps_scale)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    merged = {**record, "model": run.model, "seed": run.seed, "steps_scale": steps_scale,
+              "device": train.get("device"), "processor": train.get("processor"), "gemm": train.get("gemm"),
+              "train_seconds": train.get("seconds"), "archive": path.name, "archive_sha256": digest,
+              "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives"}
+    folder = run.folder(out)
+    return _replace(folder, _label(run), f"archive {path.name}", lambda held: held.get("archive_sha256") == digest,
+                    run.date, lambda: write_folder(files, merged, folder))
+
+
+def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives: list[str | Path] = ()) -> list[str]:
     """Write each (model, seed)'s newest run into its study folder, after mending what an interrupted
-    collect left; returns one line per folder saying what was done."""
+    collect left, then each archive's run (`collect_archive`); returns one line per folder saying
+    what was done."""
     repo, out = Path(repo), Path(out)
     if not (repo / ".git").exists():
         raise CollectError(f"{repo}: not a git repository; expected the root of a clone of this project")
@@ -241,15 +336,14 @@ def collect(repo: str | Path = ".", out: str | Path = "reports/study") -> list[s
     for _, run in sorted(newest(find_runs(repo)).items(), key=lambda item: (item[0][0], item[0][1] is None,
                                                                             item[0][1] or 0)):
         folder = run.folder(out)
-        held = _held(folder)
-        label = f"{run.model} seed {run.seed}" if run.full else f"{run.model} (quick, steps scale {run.steps_scale:g})"
-        source = run.experiment or f"commit {run.rev[:7]}"
-        if held is not None and held.get("rev") == run.rev:
-            said.append(f"{label}: up to date ({source})")
-            continue
-        if held is not None and "date" in held and datetime.fromisoformat(held["date"]) > datetime.fromisoformat(run.date):
-            said.append(f"{label}: kept the newer run already in {folder} (found {source}, of {run.date})")
-            continue
-        write_folder(repo, run, folder)
-        said.append(f"{label}: wrote {folder} from {source}")
+        said.append(_replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}",
+                             lambda held, rev=run.rev: held.get("rev") == rev, run.date,
+                             lambda run=run, folder=folder: write_folder(run_files(repo, run), provenance(repo, run),
+                                                                         folder)))
+    for path in archives:
+        said.append(collect_archive(Path(path), out))
     return said
+
+
+def _label(run: Run) -> str:
+    return f"{run.model} seed {run.seed}" if run.full else f"{run.model} (quick, steps scale {run.steps_scale:g})"

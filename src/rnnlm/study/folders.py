@@ -76,6 +76,8 @@ class StudyRun:
             return f"experiment {p['experiment']} ({str(p.get('rev', ''))[:7]})"
         if p.get("rev"):
             return f"commit {str(p['rev'])[:7]}"
+        if p.get("archive"):  # trained without DVC (a GPU machine), brought in by collect --archives
+            return f"archive {p['archive']} ({p.get('run_by', '?')} at {str(p.get('commit', '?'))[:7]})"
         return f"{p.get('made_by', 'unknown')} at {str(p.get('commit', '?'))[:7]}"
 
 

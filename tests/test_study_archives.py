@@ -1,0 +1,146 @@
+"""`python -m rnnlm.study collect --archives`: runs trained on a machine without DVC (a lent GPU),
+packed by `benchmarks/gpu_check.py --study`, taken into reports/study/ like any other run."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rnnlm.study import collect as study_collect, folders as study_folders
+from tests.conftest import REPO_ROOT
+from tests.test_study import _write_run
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import gpu_check  # noqa: E402
+
+GPU_RECORD = {"date": "2026-01-05T10:00:00+00:00", "gpu": "NVIDIA H200", "torch": "2.11.0+cu130",
+              "sentencepiece": "0.2.3", "runs_sharing_the_gpu": 5, "checkpoint": "left on the GPU machine",
+              "commit": "a" * 40, "made_by": "benchmarks/gpu_check.py --study"}
+
+
+def _archive(tmp_path: Path, model: str = "beta", seed: int = 2, stateful: float = 2.2,
+             record: dict | None = None) -> Path:
+    """What gpu_check.py --study sends back for one run: its workspace packed by `gpu_check.pack`."""
+    work = tmp_path / f"work-{model}-{seed}-{stateful}"
+    work.mkdir()
+    _write_run(work, model, 1.0, stateful, seed)
+    train = json.loads((work / "reports/train/metrics.json").read_text())
+    (work / "reports/train/metrics.json").write_text(json.dumps({**train, "device": "cuda",
+                                                                 "processor": "NVIDIA H200", "gemm": "cublas"}))
+    out = tmp_path / "archives"
+    out.mkdir(exist_ok=True)
+    path = out / f"{model}-seed-{seed}.tar.gz"
+    gpu_check.pack(work, path, f"{model}/seed-{seed}", {**GPU_RECORD, "model": model, "seed": seed, **(record or {})})
+    return path
+
+
+def test_an_archive_becomes_a_study_folder_with_provenance_naming_the_gpu(tmp_path):
+    path = _archive(tmp_path)
+    out = tmp_path / "study"
+    said = study_collect.collect_archive(path, out)
+    assert said == f"beta seed 2: wrote {out / 'beta/seed-2'} from archive beta-seed-2.tar.gz"
+    folder = out / "beta/seed-2"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*study_collect.FOLDER, "provenance.json"])
+    record = json.loads((folder / "provenance.json").read_text())
+    assert record["device"] == "cuda" and record["processor"] == "NVIDIA H200" and record["gemm"] == "cublas"
+    assert record["checkpoint"] == "left on the GPU machine" and record["runs_sharing_the_gpu"] == 5
+    assert record["archive"] == "beta-seed-2.tar.gz" and len(record["archive_sha256"]) == 64
+    assert record["run_by"] == "benchmarks/gpu_check.py --study"
+    assert record["made_by"] == "python -m rnnlm.study collect --archives"
+    run = study_folders.load_run(folder, "beta", 2, quick=False)  # what report reads
+    assert run.where() == "cuda: NVIDIA H200"
+    assert run.source() == f"archive beta-seed-2.tar.gz (benchmarks/gpu_check.py --study at {'a' * 7})"
+    assert study_collect.collect_archive(path, out) == "beta seed 2: up to date (archive beta-seed-2.tar.gz)"
+
+
+def test_an_archive_never_replaces_a_newer_run_and_a_newer_archive_replaces_an_older_one(tmp_path):
+    out = tmp_path / "study"
+    old = _archive(tmp_path, stateful=2.3, record={"date": "2026-01-01T00:00:00+00:00"})
+    study_collect.collect_archive(old, out)
+    (tmp_path / "later").mkdir()
+    new = _archive(tmp_path / "later", stateful=2.1)
+    assert "wrote" in study_collect.collect_archive(new, out)
+    assert json.loads((out / "beta/seed-2/metrics.json").read_text())["stateful_bpc"] == 2.1
+    assert "kept the newer run" in study_collect.collect_archive(old, out)
+    assert json.loads((out / "beta/seed-2/metrics.json").read_text())["stateful_bpc"] == 2.1
+
+
+def test_collect_takes_a_folder_of_archives_beside_the_repositorys_runs(tmp_path, in_process):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    _archive(tmp_path, "beta", 1)
+    _archive(tmp_path, "beta", 2)
+    done = in_process(["-m", "rnnlm.study", "collect", "--archives", str(tmp_path / "archives")], repo)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"beta seed {s}: wrote reports/study/beta/seed-{s} from archive "
+                                        f"beta-seed-{s}.tar.gz" for s in (1, 2)]
+
+
+def _tar(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_bytes(b"not a tar archive"), "not a readable gzip'd tar archive"),
+    (lambda p: _tar(p, {**_members(p), "gamma/seed-1/metrics.json": b"{}"}),
+     "does not hold exactly one <model>/seed-<seed>/ folder of files"),
+    (lambda p: _tar(p, {"../../evil/seed-2/metrics.json": b"{}"}),
+     "does not hold exactly one <model>/seed-<seed>/ folder of files"),
+    (lambda p: _tar(p, {k: v for k, v in _members(p).items() if not k.endswith("/metrics.json")}),
+     "lacks metrics.json"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/model.pt": b"weights"}), "holds model.pt"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/params.yaml":
+                        _members(p)["beta/seed-2/params.yaml"].replace(b"seed: 2", b"seed: 3")}),
+     "its folder beta/seed-2, params (model beta, seed 3), training metrics and provenance do not name one run"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/provenance.json": b"{"}), "a file does not parse"),
+], ids=["not gzip", "two folders", "path outside", "file missing", "a checkpoint", "another seed", "provenance cut"])
+def test_a_damaged_archive_is_refused_in_one_line_and_writes_nothing(tmp_path, damage, message, in_process):
+    path = _archive(tmp_path)
+    damage(path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    done = in_process(["-m", "rnnlm.study", "collect", "--archives", str(path)], repo)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"error: {path}: {message}"), done.stderr
+    assert not (repo / "reports/study/beta").exists()
+
+
+def test_a_missing_archive_is_named():
+    with pytest.raises(study_collect.CollectError, match="nowhere.tar.gz: no such file"):
+        study_collect.read_archive(Path("nowhere.tar.gz"))
+
+
+def test_gpu_check_names_runs_as_model_or_model_and_seed():
+    assert gpu_check.study_runs(["astra_gamma:2", "leviathan"], [1, 3]) == [
+        ("astra_gamma", 2), ("leviathan", 1), ("leviathan", 3)]
+    assert gpu_check.study_runs(["leviathan"], None) == [("leviathan", None)]
+    with pytest.raises(SystemExit, match="expected MODEL or MODEL:SEED"):
+        gpu_check.study_runs(["leviathan:two"], None)
+
+
+def test_gpu_check_stages_keep_the_carried_packages_on_their_path(monkeypatch):
+    """The stages must import the carried (pinned) packages the checking process imports: the GPU
+    image's own SentencePiece trains another tokenizer."""
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    assert gpu_check.stage_pythonpath().split(":") == ["src", "/tmp/site"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert gpu_check.stage_pythonpath() == "src"

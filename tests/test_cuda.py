@@ -5,6 +5,9 @@ checkpoint on the CPU, sampling and scoring on the GPU. Skipped on a machine wit
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -22,7 +25,7 @@ from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.training.train import train
 from rnnlm.training.step import make_optimizer, make_training_step
-from tests.conftest import synthetic_play, cell_configs
+from tests.conftest import REPO_ROOT, synthetic_play, cell_configs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -150,6 +153,37 @@ def test_training_on_cuda_and_its_checkpoint_on_the_cpu(raw_params, tmp_path):
     assert on_gpu.mean == pytest.approx(on_cpu.mean, rel=1e-5)
     assert streamed_nll(gpu_model, val).mean == pytest.approx(streamed_nll(cpu_model, val).mean, rel=1e-5)
     assert results[True].history.epochs[-1]["val_loss"] == pytest.approx(on_cpu.mean, rel=1e-5)
+
+
+ONE_RUN = """
+import copy, sys, yaml
+from tests.conftest import REPO_ROOT
+from tests.test_cuda import TOKENIZER, SPLIT, _cuda_params
+from rnnlm.training.train import train
+raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+result = train(_cuda_params(raw, True), "astra_beta", TOKENIZER, SPLIT.train, SPLIT.val, progress=False)
+print(" ".join(float(s["train_loss"]).hex() for s in result.history.steps))
+print(float(result.history.epochs[-1]["val_loss"]).hex())
+"""
+
+
+def test_runs_sharing_the_gpu_as_processes_compute_what_they_compute_alone():
+    """Two trainings of one seed at once, in two processes (as `gpu_check.py --study --jobs N` runs
+    them), and the same training alone: every step's loss and the validation loss equal bit for bit."""
+    def start():
+        return subprocess.Popen([sys.executable, "-c", ONE_RUN], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")
+                                                                       + os.pathsep + str(REPO_ROOT)})
+
+    def finish(process) -> str:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        return out
+
+    together = [start(), start()]
+    shared = [finish(p) for p in together]
+    alone = finish(start())
+    assert shared[0] == shared[1] == alone
 
 
 @pytest.mark.parametrize("mode", ["stateful", "stateless"])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.params import as_dict, parse_params
 from rnnlm.data.tokenizers import CharTokenizer
-from rnnlm.device import DeviceError, resolve_device
+from rnnlm.device import DeviceError, make_cuda_repeatable, resolve_device
 from rnnlm.models.kinds import build_model
 from rnnlm.training.resume import read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
@@ -173,6 +175,22 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(DeviceError, match="train.device is 'cuda' but no CUDA GPU is available"):
         resolve_device("cuda")
     assert resolve_device("auto").type == "cpu"
+
+
+def test_cuda_runs_ask_for_repeatable_arithmetic(monkeypatch):
+    """cuBLAS's fixed workspace (unless the user set another) and PyTorch's deterministic algorithms,
+    warning only: what `device_for` sets on CUDA before the first product."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        make_cuda_repeatable()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        make_cuda_repeatable()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @pytest.mark.parametrize("cpuinfo, expected", [

@@ -29,10 +29,19 @@ def test_a_resume_file_round_trips_and_says_what_it_holds(tmp_path):
     assert loaded["epoch"] == 3 and torch.equal(loaded["weights"], state["weights"])
 
 
-def test_runs_with_other_params_or_on_other_hardware_have_files_of_their_own(tmp_path):
-    paths = {_store(tmp_path).path, _store(tmp_path, seed=2).path, _store(tmp_path, device="cuda").path,
-             _store(tmp_path, gemm="onednn").path}
-    assert len(paths) == 4 and all(p.name.startswith("astra_alpha-") for p in paths)
+def test_runs_with_other_params_or_on_another_kind_of_device_have_files_of_their_own(tmp_path):
+    paths = {_store(tmp_path).path, _store(tmp_path, seed=2).path, _store(tmp_path, device="cuda").path}
+    assert len(paths) == 3 and all(p.name.startswith("astra_alpha-") for p in paths)
+
+
+def test_a_run_finds_its_file_on_another_cpu_or_gemm_library(tmp_path):
+    """The key leaves out the processor and the GEMM: a long run goes on wherever the next session
+    lands; the header says which machine wrote the file."""
+    first = ResumeStore(tmp_path, "leviathan", 1, "params and inputs", "cpu", "mkl", "AMD EPYC (family 25 model 1)")
+    first.save({"epoch": 2}, epochs=6)
+    other = ResumeStore(tmp_path, "leviathan", 1, "params and inputs", "cpu", "onednn", "Intel Xeon (family 6 model 207)")
+    assert other.path == first.path and other.load()["epoch"] == 2
+    assert (read_header(first.path)["processor"], read_header(first.path)["gemm"]) == ("AMD EPYC (family 25 model 1)", "mkl")
 
 
 def test_a_file_whose_key_is_not_the_runs_is_refused(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,9 @@ from rnnlm import backend
 from rnnlm.training.train import (TrainingError, WindowSampler, processor_name, steps_per_epoch, train,
                                  val_batch_seed)
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
+from rnnlm import backend
+from rnnlm.reporting.training_report import training_summary
+from rnnlm.study.folders import StudyRun
 from tests.conftest import synthetic_play
 
 TEXT = synthetic_play(12_000)
@@ -97,11 +101,42 @@ def test_interrupted_run_resumes_to_the_same_end(raw_params, tmp_path, capsys):
     assert all(torch.equal(kept[k], whole.checkpoint.first_epoch_state[k]) for k in kept)
     assert resumed.checkpoint.optimizer_state["state"][0]["step"] == whole.checkpoint.optimizer_state["state"][0]["step"]
     assert resumed.resume.path.is_file()  # kept until the caller has written every output
+    assert [(m["processor"], m["gemm"], m["from_epoch"]) for m in resumed.machines] == [
+        (resumed.processor, resumed.gemm, 1)]  # one machine: nothing to tell apart
     again = _train(params, resume_dir=tmp_path)  # as if writing the checkpoint had failed: no epoch is trained again
     assert "resuming astra_alpha after epoch 3" in capsys.readouterr().out
     assert _losses(again) == _losses(whole) and _same_weights(again, whole) and again.seconds == resumed.seconds
     again.resume.clear()
     assert not list(tmp_path.iterdir())
+
+
+def test_a_run_interrupted_on_one_gemm_library_goes_on_with_another_and_says_so(raw_params, tmp_path, capsys):
+    """A long run lands on whatever CPU the next session has: it resumes from its file there, and its
+    training metrics, the study folder's provenance and runs.csv's machine column name both
+    machines and the epoch the second took over at."""
+    params = tiny_params(raw_params, hidden=256)  # products past MIN_ONEDNN_MACS: oneDNN really runs them
+
+    def stop_after_first(epoch):
+        if epoch == 1:
+            raise Interrupted
+
+    previous = backend.use_gemm(backend.Gemms("mkl", "mkl"))
+    try:
+        with pytest.raises(Interrupted):
+            _train(params, resume_dir=tmp_path, on_epoch_end=stop_after_first)
+        backend.use_gemm(backend.Gemms("onednn", "onednn"))
+        resumed = _train(params, resume_dir=tmp_path)
+    finally:
+        backend.use_gemm(previous)
+    out = capsys.readouterr().out
+    assert "resuming astra_alpha after epoch 1" in out
+    assert "with mkl so far and goes on here on" in out and "with onednn: the last bits" in out
+    assert [(m["gemm"], m["from_epoch"], m["from_step"]) for m in resumed.machines] == [("mkl", 1, 0), ("onednn", 2, 0)]
+    assert len(resumed.history.epochs) == 3 and resumed.gemm == "onednn"
+    summary = training_summary("astra_alpha", resumed)
+    assert summary["machines"] == resumed.machines
+    run = StudyRun("astra_alpha", 1337, Path("."), False, {}, summary, {}, {"machines": summary["machines"]}, ())
+    assert run.where() == f"cpu: {resumed.processor}; cpu: {resumed.processor} from epoch 2"
 
 
 def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params, tmp_path, capsys, monkeypatch):

@@ -35,6 +35,7 @@ def training_summary(name: str, result: TrainResult) -> dict[str, object]:
         "device": result.device,
         "processor": result.processor,
         "gemm": result.gemm,
+        "machines": result.machines,
         "parameters": result.parameters,
         "epochs": len(epochs),
         "steps": len(result.history.steps),

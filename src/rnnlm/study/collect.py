@@ -175,6 +175,7 @@ def provenance(repo: Path, run: Run) -> dict[str, object]:
         "device": train.get("device"),
         "processor": train.get("processor"),
         "gemm": train.get("gemm"),
+        "machines": train.get("machines"),  # more than one where the run resumed on another CPU or GEMM
         "train_seconds": train.get("seconds"),
         "made_by": COLLECTED_BY,
     }
@@ -318,7 +319,8 @@ def collect_archive(path: Path, out: Path) -> str:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     merged = {**record, "model": run.model, "seed": run.seed, "steps_scale": steps_scale,
               "device": train.get("device"), "processor": train.get("processor"), "gemm": train.get("gemm"),
-              "train_seconds": train.get("seconds"), "archive": path.name, "archive_sha256": digest,
+              "machines": train.get("machines"), "train_seconds": train.get("seconds"),
+              "archive": path.name, "archive_sha256": digest,
               "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives"}
     folder = run.folder(out)
     return _replace(folder, _label(run), f"archive {path.name}", lambda held: held.get("archive_sha256") == digest,

@@ -65,7 +65,12 @@ class StudyRun:
         return float(self.provenance.get("steps_scale", 1.0))
 
     def where(self) -> str:
-        """The device and the processor that trained it ("cpu: AMD EPYC", "cuda: NVIDIA H100 ...")."""
+        """The device and the processor that trained it ("cpu: AMD EPYC", "cuda: NVIDIA H100 ..."); for a
+        run resumed on another machine, each with the epoch it took over at ("cpu: A; cpu: B from epoch 4")."""
+        machines = self.provenance.get("machines") or self.train.get("machines") or []
+        if len(machines) > 1:
+            return "; ".join(f"{m['device']}: {m['processor']}" + (f" from epoch {m['from_epoch']}" if i else "")
+                             for i, m in enumerate(machines))
         device = self.provenance.get("device") or self.train.get("device", "?")
         processor = self.provenance.get("processor") or self.train.get("processor")
         return f"{device}: {processor}" if processor else str(device)

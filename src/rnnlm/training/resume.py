@@ -1,7 +1,8 @@
 """Resume files: an interrupted training run's saved state, kept where its rerun finds it.
 
 In:  the state of a run (`rnnlm.training.train` builds it) and what identifies the run: its model,
-     seed and fingerprint (params, tokenizer and data), the device and the GEMM it runs on.
+     seed and fingerprint (params, tokenizer and data) and its kind of device (CPU or CUDA); the
+     processor and GEMM that write it are recorded, not part of the key.
 Out: one file per run in the resume folder, `<model>-<key>.pt`, written through a temporary file
      and a rename, and read back only when its checksum and its key match.
 
@@ -134,13 +135,18 @@ def read_resume_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 class ResumeStore:
-    """The resume file of one run: keyed by the run's fingerprint, device and GEMM, so runs of the
-    same model with other params, another seed or on other hardware never touch each other's."""
+    """The resume file of one run: keyed by the run's fingerprint and its kind of device, so runs of
+    the same model with other params or another seed never touch each other's, and a run begun on
+    one CPU goes on from its last save on another CPU or with another GEMM library (the arithmetic
+    after the switch differs in the last bits, not in kind: the run records where it trained). The
+    header also names the processor and GEMM that wrote the file."""
 
-    def __init__(self, folder: Path | None, name: str, seed: int, fingerprint: str, device: str, gemm: str):
-        key = hashlib.sha256(f"{fingerprint}|{device}|{gemm}".encode()).hexdigest()
+    def __init__(self, folder: Path | None, name: str, seed: int, fingerprint: str, device: str, gemm: str,
+                 processor: str = ""):
+        key = hashlib.sha256(f"{fingerprint}|{device}".encode()).hexdigest()
         self.path = None if folder is None else Path(folder) / f"{name}-{key[:16]}.pt"
-        self.fields = {"model": name, "seed": seed, "key": key, "device": device, "gemm": gemm}
+        self.fields = {"model": name, "seed": seed, "key": key, "device": device, "gemm": gemm,
+                       "processor": processor}
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or None (with a note when a file was there but cannot be used)."""
@@ -152,7 +158,7 @@ class ResumeStore:
             print(f"note: ignoring {error}; starting afresh")
             return None
         if fields.get("key") != self.fields["key"]:
-            print(f"note: ignoring {self.path}: it belongs to another run (other params, inputs or hardware)")
+            print(f"note: ignoring {self.path}: it belongs to another run (other params, inputs or device)")
             return None
         return state
 

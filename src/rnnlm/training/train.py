@@ -123,6 +123,7 @@ class _Run:
     sampler: WindowSampler
     val_batches: WindowSampler  # the study's validation estimator: one random batch per epoch
     device: torch.device
+    machines: list[dict[str, Any]]  # where it trained: processor, GEMM and the epoch and step it began at
     first_epoch_state: dict[str, Tensor] | None = None  # the weights after epoch 1, on the CPU
 
     def keep_first_epoch(self) -> None:
@@ -140,7 +141,7 @@ class _Run:
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "val_batch_rng": self.val_batches.generator.get_state(),
-            "history_steps": history.steps, "history_epochs": history.epochs, **cuda,
+            "history_steps": history.steps, "history_epochs": history.epochs, "machines": self.machines, **cuda,
             "partial": None if progress is None else asdict(progress),
         }
 
@@ -156,6 +157,12 @@ class _Run:
         if self.device.type == "cuda" and "cuda_rng" in saved:
             torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
         progress = EpochProgress(**(saved.get("partial") or {}))  # none in a file written at an epoch's end
+        here = self.machines[-1]
+        before = saved.get("machines") or [{**here, "processor": "unknown", "gemm": "unknown"}]
+        if (before[-1]["processor"], before[-1]["gemm"]) == (here["processor"], here["gemm"]):
+            self.machines = before
+        else:  # another CPU or GEMM library takes over from here: its last bits round otherwise
+            self.machines = [*before, {**here, "from_epoch": saved["epoch"] + 1, "from_step": progress.steps}]
         return History(steps=saved["history_steps"], epochs=saved["history_epochs"]), saved["seconds"], progress
 
 
@@ -193,6 +200,7 @@ class TrainResult:
     parameters: int
     seconds: float
     resume: ResumeStore  # the run's resume file, kept until the caller has every output in place
+    machines: list[dict[str, Any]]  # each machine it trained on, from which epoch and step; one for most runs
 
 
 def train(
@@ -230,10 +238,11 @@ def train(
     val_batches = WindowSampler(val_ids, settings.batch_size, settings.seq_len, val_batch_seed(params.seed))
     history, first_epoch, seconds, resumed = History(), 1, 0.0, EpochProgress()
 
-    gemm = products_gemm(device)  # another GEMM rounds otherwise: the run would not repeat itself
+    gemm, processor = products_gemm(device), processor_name(device)
     store = ResumeStore(resume_dir, name, params.seed, run_fingerprint(params, name, tokenizer, train_ids, val_ids),
-                        device.type, gemm)
-    run = _Run(model, optimizer, scheduler, sampler, val_batches, device)
+                        device.type, gemm, processor)
+    here = {"device": device.type, "processor": processor, "gemm": gemm, "from_epoch": 1, "from_step": 0}
+    run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here])
     saved = store.load()
     if saved is not None:
         history, seconds, resumed = run.restore(saved)
@@ -241,6 +250,10 @@ def train(
         where = (f"at step {resumed.steps}/{n_steps} of epoch {first_epoch}" if resumed.steps
                  else f"after epoch {saved['epoch']}")
         print(f"resuming {name} {where} from {store.path}")
+        if len(run.machines) > 1 and run.machines[-1]["from_epoch"] == first_epoch:
+            was = run.machines[-2]
+            print(f"note: it trained on {was['processor']} with {was['gemm']} so far and goes on here on {processor} "
+                  f"with {gemm}: the last bits of the arithmetic differ from here on; the training metrics say so")
 
     step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph)
     tokens_per_step = settings.batch_size * settings.seq_len
@@ -308,5 +321,5 @@ def train(
         optimizer_state=optimizer.state_dict(),
         first_epoch_state=run.first_epoch_state,
     )
-    return TrainResult(checkpoint, history, device.type, gemm, processor_name(device), count_parameters(model),
-                       seconds, store)
+    return TrainResult(checkpoint, history, device.type, gemm, processor, count_parameters(model), seconds, store,
+                       run.machines)

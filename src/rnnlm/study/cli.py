@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
                                                        "failed or missing")
     _selection(status_parser)
     status_parser.add_argument("--study", type=Path, default=Path("reports/study"))
+    status_parser.add_argument("--resume-dir", default=".resume",
+                               help=f"where the runs' resume files are (default: ${RESUME_ENV}, else .resume)")
     collect_parser = commands.add_parser("collect", help="copy each (model, seed)'s newest finished run into "
                                                          "reports/study/")
     collect_parser.add_argument("--repo", type=Path, default=Path("."), help="the repository's root (default: here)")
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
             run(models, seeds, args.steps_scale, args.wait)
     elif args.command == "status":
         models, seeds = _which(args)
-        for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale):
+        for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale,
+                                 resume_dir=resume_folder(args.resume_dir)):
             print(line)
     elif args.command == "resume-files":
         for line in resume_files(resume_folder(args.dir), args.prune_older_than):

@@ -1,14 +1,19 @@
 """`status`: where each (model, seed) of the study stands.
 
 In:  the models and seeds asked for, and what this repository knows: the study folders, the
-     experiments under refs/exps/, DVC's local queue, and the states the Slurm tasks wrote.
+     experiments under refs/exps/, DVC's local queue, the states the Slurm tasks wrote, and the
+     resume files of runs that were cut off.
 Out: one line per (model, seed): collected; finished, not collected (an experiment here); pushed to
      the git remote from this commit, not pulled; queued, running, failed or cancelled (DVC's queue
-     or a Slurm task); missing.
+     or a Slurm task); cut off (listed running in DVC's queue with no worker alive: the session that
+     ran it ended); interrupted (a resume file, nothing queued); missing. A run with a resume file
+     says the epoch it reached, the processor that last trained it and the file; the lines end with
+     the commands that continue the runs cut off.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,13 +21,20 @@ from pathlib import Path
 from rnnlm.study.collect import find_runs, seed_folder_name
 from rnnlm.study.queue import StudyError, experiment_name
 from rnnlm.study.slurm import pushed_names, slurm_states
+from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
 
 
-def _local_queue(repo: Path) -> dict[str, str]:
-    """name -> status of DVC's local queue (empty when DVC cannot tell)."""
+def _local_queue(repo: Path) -> tuple[dict[str, str], int | None]:
+    """name -> status of DVC's local queue, and how many of its workers are alive (empty and None
+    when DVC cannot tell)."""
     done = subprocess.run(["dvc", "queue", "status"], cwd=repo, capture_output=True, text=True)
-    rows = [line.split() for line in done.stdout.splitlines()[1:] if line and not line.startswith("Worker status:")]
-    return {words[1]: words[-1].lower() for words in rows if len(words) >= 3} if done.returncode == 0 else {}
+    if done.returncode != 0:
+        return {}, None
+    lines = done.stdout.splitlines()
+    rows = [line.split() for line in lines[1:] if line and not line.startswith("Worker status:")]
+    workers = next((line for line in lines if line.startswith("Worker status:")), "")
+    active = re.search(r"(\d+) active", workers)
+    return {words[1]: words[-1].lower() for words in rows if len(words) >= 3}, int(active[1]) if active else None
 
 
 def _pushed(repo: Path, remote: str) -> set[str]:
@@ -34,27 +46,62 @@ def _pushed(repo: Path, remote: str) -> set[str]:
         return set()
 
 
+def _resume_files(folder: Path | None, steps_scale: float) -> dict[tuple[str, int], ResumeHeader]:
+    """(model, seed) -> the newest readable resume file of that run at `steps_scale` in `folder`."""
+    found: dict[tuple[str, int], ResumeHeader] = {}
+    for item in list_resume_files(folder) if folder is not None else []:  # newest first
+        if isinstance(item, ResumeHeader) and float(item["steps_scale"] or 1.0) == steps_scale:
+            found.setdefault((item["model"], item["seed"]), item)
+    return found
+
+
+def _progress(header: ResumeHeader) -> str:
+    steps = f" + {header['step_in_epoch']} steps" if header["step_in_epoch"] else ""
+    where = f", last on {header['processor']}" if header["processor"] else ""
+    return f"epoch {header['epoch']}/{header['epochs']}{steps}{where}, resume file {header.path}"
+
+
 def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequence[int],
-                 steps_scale: float, remote: str = "origin") -> list[str]:
-    """One line per (model, seed), as the module docstring says."""
+                 steps_scale: float, remote: str = "origin", resume_dir: Path | None = None) -> list[str]:
+    """One line per (model, seed), as the module docstring says, then how to continue the runs that
+    were cut off (an entry DVC's queue lists as running with no worker alive: its session ended)."""
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
-    queue, slurm, pushed = _local_queue(repo), slurm_states(repo), _pushed(repo, remote)
-    lines = [f"{'model':<14} {'seed':>6}  state"]
+    (queue, workers), slurm, pushed = _local_queue(repo), slurm_states(repo), _pushed(repo, remote)
+    saved = _resume_files(resume_dir, steps_scale)
+    lines, dead, to_continue = [f"{'model':<14} {'seed':>6}  state"], [], []
     for model in models:
         for seed in seeds:
             name = experiment_name(model, seed, steps_scale)
+            header = saved.get((model, seed))
             if steps_scale == 1.0 and (study_dir / model / seed_folder_name(seed)).is_dir():
                 state = "collected"
             elif (model, seed) in finished:
                 state = f"finished, not collected (experiment {name})"
             elif name in pushed:
                 state = f"pushed to {remote}, not pulled: dvc exp pull {remote} {name}"
+            elif name in queue and queue[name] == "running" and workers == 0:
+                state = "cut off: DVC's queue lists it running, but no worker is alive (its session ended)"
+                dead.append(name)
+                to_continue.append((model, seed))
             elif name in queue:
                 state = f"{queue[name]} (DVC queue)"
             elif name in slurm:
                 kind, when = slurm[name]
                 state = f"{kind} (Slurm task {when.split()[-1]}, {when.split()[0]})"
+            elif header is not None:
+                state = "interrupted"
+                to_continue.append((model, seed))
             else:
                 state = "missing"
+            if header is not None and state not in ("collected",) and not state.startswith("finished"):
+                state += f"; reached {_progress(header)}"
             lines.append(f"{model:<14} {seed:>6}  {state}")
+    if to_continue:
+        lines += ["", "to continue the runs cut off (each resumes from its file, on this or another CPU):"]
+        if dead:
+            lines.append(f"  dvc queue kill {' '.join(dead)}")
+        env = f"{RESUME_ENV}={resume_dir} " if resume_dir is not None else ""
+        wanted = sorted({m for m, _ in to_continue})
+        lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seeds {len(seeds)}"
+                     + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else ""))
     return lines

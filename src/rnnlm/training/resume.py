@@ -142,11 +142,11 @@ class ResumeStore:
     header also names the processor and GEMM that wrote the file."""
 
     def __init__(self, folder: Path | None, name: str, seed: int, fingerprint: str, device: str, gemm: str,
-                 processor: str = ""):
+                 processor: str = "", steps_scale: float = 1.0):
         key = hashlib.sha256(f"{fingerprint}|{device}".encode()).hexdigest()
         self.path = None if folder is None else Path(folder) / f"{name}-{key[:16]}.pt"
         self.fields = {"model": name, "seed": seed, "key": key, "device": device, "gemm": gemm,
-                       "processor": processor}
+                       "processor": processor, "steps_scale": steps_scale}
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or None (with a note when a file was there but cannot be used)."""

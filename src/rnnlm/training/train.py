@@ -240,7 +240,7 @@ def train(
 
     gemm, processor = products_gemm(device), processor_name(device)
     store = ResumeStore(resume_dir, name, params.seed, run_fingerprint(params, name, tokenizer, train_ids, val_ids),
-                        device.type, gemm, processor)
+                        device.type, gemm, processor, settings.steps_scale)
     here = {"device": device.type, "processor": processor, "gemm": gemm, "from_epoch": 1, "from_step": 0}
     run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here])
     saved = store.load()

@@ -175,10 +175,16 @@ def provenance(repo: Path, run: Run) -> dict[str, object]:
         "device": train.get("device"),
         "processor": train.get("processor"),
         "gemm": train.get("gemm"),
-        "machines": train.get("machines"),  # more than one where the run resumed on another CPU or GEMM
+        **_machines(train),
         "train_seconds": train.get("seconds"),
         "made_by": COLLECTED_BY,
     }
+
+
+def _machines(train: dict) -> dict[str, object]:
+    """`machines` of the training metrics (each machine the run trained on, from which epoch: more
+    than one where it resumed on another CPU or GEMM), where the run recorded them."""
+    return {"machines": train["machines"]} if train.get("machines") else {}
 
 
 def _held(folder: Path) -> dict | None:
@@ -319,7 +325,7 @@ def collect_archive(path: Path, out: Path) -> str:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     merged = {**record, "model": run.model, "seed": run.seed, "steps_scale": steps_scale,
               "device": train.get("device"), "processor": train.get("processor"), "gemm": train.get("gemm"),
-              "machines": train.get("machines"), "train_seconds": train.get("seconds"),
+              **_machines(train), "train_seconds": train.get("seconds"),
               "archive": path.name, "archive_sha256": digest,
               "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives"}
     folder = run.folder(out)

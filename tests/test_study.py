@@ -140,7 +140,7 @@ def _folders(repo: Path) -> Path:
     return params
 
 
-OUTPUTS = ("study.md", "study.png", "study/runs.csv", "study/summary.csv", "study/summary.json")
+OUTPUTS = ("study.md", "study.png", "study/runs.csv", "study/summary.csv", "study/summary.json", "study/findings.json")
 
 
 def test_report_reads_the_folders_alone(repo):

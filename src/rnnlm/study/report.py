@@ -11,7 +11,10 @@ previous outputs as they were; a kill between two renames is mended by running i
                             the bigram floor; the state-reset and context curves, mean and band
   reports/study/runs.csv    one row per run (`rnnlm.study.table.runs_frame`)
   reports/study/summary.csv per model and figure: n, mean, sd, the 95% interval
-  reports/study/summary.json per model: n and the means, the metrics file dvc.yaml declares
+  reports/study/summary.json per model: n and the means, a metrics file dvc.yaml declares
+  reports/study/findings.json per claim its verdict, per comparison its estimate, interval, n,
+                            one-sided p, verdict and seeds to decide (`findings_record`), the other
+                            metrics file
   README.md                 the summary table and one verdict line per claim, between its markers
 
 Nothing but the folders and params.yaml is read (no experiment, no DVC), so any clone rebuilds the
@@ -20,6 +23,7 @@ same bytes.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -31,9 +35,9 @@ from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
 from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.figure import write_figure
-from rnnlm.study.findings import Finding, findings, findings_markdown, verdict_lines
+from rnnlm.study.findings import Finding, findings, findings_markdown, findings_record, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
-from rnnlm.study.table import csv_text, runs_frame, summary_frame, summary_json
+from rnnlm.study.table import csv_text, epochs_frame, runs_frame, summary_frame, summary_json
 
 
 class StudyReportError(RnnlmError):
@@ -139,7 +143,8 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, fou
         "tolerance of the carried state, as its range over seeds. Known words and repeated word 4-grams: text",
         "statistics of the sampled text, stateless / stateful. Validation loss in nats per token (per piece for",
         "Scribe). Each figure is the mean over the model's seeds ± the half-width of its 95% t-interval (the",
-        "value alone for one seed); each model's name links to its pinned seed's samples, both modes side by side.",
+        "value alone for one seed); training seconds are the median over seeds (machines differ). Each model's",
+        "name links to its pinned seed's samples, both modes side by side.",
         "",
         f"Built by `python -m rnnlm.study report` from the folders in `{folder}/` beside this file (one per",
         "model and seed, each with the provenance of its run), which `python -m rnnlm.study collect` fills;",
@@ -197,7 +202,7 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
     frame = runs_frame(runs)
     summary_rows = summary_frame(frame)
     summary = Summary(summary_rows)
-    found = findings(frame, {r.model: r.shape for r in runs if not r.quick})
+    found = findings(frame, epochs_frame(runs), {r.model: r.shape for r in runs if not r.quick})
     with AtomicFiles() as out:
         out.path(markdown).write_text(to_markdown(runs, frame, summary, found, models, study_dir, markdown,
                                                   figure.name), encoding="utf-8")
@@ -205,6 +210,8 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
         out.path(study_dir / "runs.csv").write_text(csv_text(frame), encoding="utf-8")
         out.path(study_dir / "summary.csv").write_text(csv_text(summary_rows), encoding="utf-8")
         out.path(study_dir / "summary.json").write_text(summary_json(summary_rows), encoding="utf-8")
+        out.path(study_dir / "findings.json").write_text(json.dumps(findings_record(found), indent=2,
+                                                                    ensure_ascii=False) + "\n", encoding="utf-8")
         if readme is not None:
             out.path(readme).write_text(readme_text(readme, runs, frame, summary, found, models, markdown),
                                         encoding="utf-8")

@@ -12,6 +12,8 @@ Out: an `Interval` (estimate, 95% bounds, n) and, against a rule, one of *suppor
 - `welch(a, b)`: Welch's interval of mean(a) - mean(b), for two models (unequal spreads and n).
 - One run gives no spread: its interval is the value alone, flagged `one_run`, and every rule
   calls it inconclusive at n = 1. All runs equal (no spread at all) give a zero-width interval.
+- `one_sided_p` and `holm`: the p-value of a one-sided question and Holm's step-down over the
+  comparisons of one claim; `seeds_needed` plans seeds at 80% power (noncentral t).
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ SUPPORTED, CONTRADICTED, MIXED, INCONCLUSIVE, NOT_MEASURED = (
 
 @dataclass(frozen=True)
 class Interval:
-    """A 95% interval around `estimate`, from `n` runs (for two models, the smaller n)."""
+    """A 95% interval around `estimate`, from `n` runs (for two models, the smaller n), with the
+    standard error and t degrees of freedom it was built from (for the one-sided p-values)."""
 
     estimate: float
     low: float
     high: float
     n: int
+    se: float = 0.0
+    df: float = math.inf
 
     @property
     def half_width(self) -> float:
@@ -64,9 +69,10 @@ def t_interval(values: Sequence[float]) -> Interval:
     x = _values(values)
     mean = float(x.mean())
     if x.size < 2 or np.ptp(x) == 0:
-        return Interval(mean, mean, mean, int(x.size))
+        return Interval(mean, mean, mean, int(x.size), 0.0, max(int(x.size) - 1, 0))
     low, high = stats.ttest_1samp(x, 0.0).confidence_interval(CONFIDENCE)
-    return Interval(mean, float(low), float(high), int(x.size))
+    return Interval(mean, float(low), float(high), int(x.size), float(x.std(ddof=1) / math.sqrt(x.size)),
+                    int(x.size) - 1)
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> Interval:
@@ -89,33 +95,39 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Interval:
     # that is exactly zero.
     if np.ptp(y) == 0:
         other = t_interval(x)
-        return Interval(difference, other.low - y[0], other.high - y[0], n)
+        return Interval(difference, other.low - y[0], other.high - y[0], n, other.se, other.df)
     if np.ptp(x) == 0:  # the same, mirrored: mean(a) - mean(b) = -(mean(b) - mean(a))
         mirrored = welch(b, a)
-        return Interval(difference, -mirrored.high, -mirrored.low, n)
+        return Interval(difference, -mirrored.high, -mirrored.low, n, mirrored.se, mirrored.df)
+    va, vb = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    df = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (y.size - 1))  # Welch-Satterthwaite, as scipy's
     low, high = stats.ttest_ind(x, y, equal_var=False).confidence_interval(CONFIDENCE)
-    return Interval(difference, float(low), float(high), n)
+    return Interval(difference, float(low), float(high), n, float(math.sqrt(va + vb)), float(df))
 
 
-def sign_verdict(interval: Interval, above: float = 0.0, strict: bool = True) -> str:
-    """The claim "the quantity is above `above`" (or at least `above` when not `strict`)."""
+def one_sided_p(interval: Interval, edge: float, above: bool = True) -> float | None:
+    """The one-sided p-value against "the quantity is at most `edge`" (for `above`; "at least" for
+    not `above`): the t distribution of the interval's degrees of freedom at (estimate - edge) / se.
+    None for one run (no spread to test against); 0 or 1 when the runs agree exactly."""
     if interval.one_run:
-        return f"{INCONCLUSIVE} at n = 1"
-    holds = interval.low > above if strict else interval.low >= above
-    fails = interval.high <= above if strict else interval.high < above
-    return SUPPORTED if holds else CONTRADICTED if fails else f"{INCONCLUSIVE} at n = {interval.n}"
+        return None
+    distance = interval.estimate - edge if above else edge - interval.estimate
+    if interval.se == 0:
+        return 0.0 if distance > 0 else 1.0
+    return float(stats.t.sf(distance / interval.se, interval.df))
 
 
-def band_verdict(interval: Interval, low: float, high: float) -> str:
-    """The claim "the quantity lies within [low, high]": supported when the whole interval does,
-    contradicted when the whole interval lies outside, inconclusive when it straddles an edge."""
-    if interval.one_run:
-        return f"{INCONCLUSIVE} at n = 1"
-    if low <= interval.low and interval.high <= high:
-        return SUPPORTED
-    if interval.high < low or interval.low > high:
-        return CONTRADICTED
-    return f"{INCONCLUSIVE} at n = {interval.n}"
+def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> list[bool]:
+    """Holm's step-down over a family of tests: which are rejected at family-wise level `alpha`
+    (the smallest p against alpha / k, the next against alpha / (k - 1), ..., stopping at the first
+    that fails). A None (a test that could not be run) is neither counted nor rejected."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    rejected = [False] * len(p_values)
+    for rank, (p, i) in enumerate(tested):
+        if p > alpha / (len(tested) - rank):
+            break
+        rejected[i] = True
+    return rejected
 
 
 def combine(verdicts: Sequence[str]) -> str:
@@ -135,18 +147,33 @@ def combine(verdicts: Sequence[str]) -> str:
     return f"{INCONCLUSIVE} at n = {min(ns)}"
 
 
-def seeds_needed(difference: float, spread: float, models: int = 1, most: int = 1000) -> int | None:
-    """How many seeds (per model) a 95% t-interval needs for its half-width to fall below
-    |difference|, when each model's seeds spread with standard deviation `spread`: the smallest n
-    with t(0.975, df) * spread * sqrt(models / n) < |difference| (`models` 2 for Welch between two
-    models of equal n and spread, df = 2n - 2; 1 for a one-sample or paired interval, df = n - 1).
+POWER = 0.8
+"""The chance a planned number of seeds decides a comparison, if the difference and spread are as
+measured: the planners' usual 80%, not the coin flip of a half-width that merely equals the distance."""
+
+
+def power(distance: float, spread: float, n: int, models: int = 1) -> float:
+    """The chance that a 95% interval from n seeds per model lies wholly on the far side of an edge
+    `distance` away, when each model's seeds spread with standard deviation `spread`: the noncentral
+    t, df n - 1 (one model or paired) or 2n - 2 (two models of equal n and spread, Welch)."""
+    df = models * (n - 1)
+    ncp = abs(distance) / (spread * math.sqrt(models / n))
+    return float(stats.nct.sf(stats.t.ppf((1 + CONFIDENCE) / 2, df), df, ncp))
+
+
+def seeds_needed(difference: float, spread: float, models: int = 1, most: int = 1000,
+                 chance: float = POWER) -> int | None:
+    """The fewest seeds (per model) whose 95% interval lies clear of an edge `difference` away with
+    probability `chance` (`power`), each model's seeds spreading with standard deviation `spread`.
     None when not even `most` seeds would do; 2 when there is no spread."""
     if spread == 0:
         return 2
     if difference == 0 or not math.isfinite(difference):
         return None
-    for n in range(2, most + 1):
-        df = models * n - models
-        if stats.t.ppf((1 + CONFIDENCE) / 2, df) * spread * math.sqrt(models / n) < abs(difference):
-            return n
-    return None
+    if power(difference, spread, most, models) < chance:
+        return None
+    low, high = 2, most  # power grows with n: bisect for the first n that reaches `chance`
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if power(difference, spread, middle, models) < chance else (low, middle)
+    return low

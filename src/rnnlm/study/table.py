@@ -3,7 +3,8 @@
 In:  the full-scale `StudyRun`s of `rnnlm.study.folders`.
 Out: `runs_frame`: a pandas DataFrame, one row per (model, seed): where it ran and every figure
      the study table and the findings use (`FIGURES`); `summary_frame`: per model and figure, n,
-     mean, standard deviation and the 95% t-interval (`rnnlm.study.stats`), in long form.
+     mean, standard deviation and the 95% t-interval (`rnnlm.study.stats`; training time: median
+     and range), in long form; `epochs_frame`: every run's validation curve, epoch by epoch.
      `reports/study/runs.csv`, `summary.csv` and `summary.json` (per-model means and n, the
      metrics file dvc.yaml declares) are these frames written out.
 """
@@ -51,6 +52,24 @@ def _horizon(run: StudyRun) -> float:
     return math.nan if value is None else float(value)
 
 
+EARLY_EPOCHS = 3
+"""Claim 5's "within 3 epochs": the best validation loss over epochs 1-3 against the best after them."""
+
+
+def _best_over(run: StudyRun, early: bool) -> float:
+    losses = [row["val_loss"] for row in run.epochs if (row["epoch"] <= EARLY_EPOCHS) == early]
+    return min(losses) if losses else math.nan
+
+
+def _characters_per_epoch(run: StudyRun) -> float:
+    """Training characters one epoch reads: steps per epoch x windows x tokens per window x characters
+    per token (an epoch is a fixed number of steps, so models of other sizes read other amounts)."""
+    train = run.params.get("train", {})
+    per_token = run.metrics["val_chars"] / run.metrics["val_tokens"] if run.metrics.get("val_tokens") else 1.0
+    return (run.train["steps"] / len(run.epochs)) * train.get("batch_size", math.nan) * train.get("seq_len", math.nan) \
+        * per_token
+
+
 FIGURES: dict[str, Callable[[StudyRun], float]] = {
     "parameters": lambda r: float(r.train["parameters"]),
     "steps": lambda r: float(r.train["steps"]),
@@ -60,6 +79,8 @@ FIGURES: dict[str, Callable[[StudyRun], float]] = {
     "best_val_loss": lambda r: min(row["val_loss"] for row in r.epochs),
     "best_epoch": _best_epoch,
     "last_minus_best_val_loss": lambda r: r.epochs[-1]["val_loss"] - min(row["val_loss"] for row in r.epochs),
+    "later_minus_early_best_val_loss": lambda r: _best_over(r, early=False) - _best_over(r, early=True),
+    "characters_per_epoch": _characters_per_epoch,
     "val_batch_loss": lambda r: _column(r, "val_batch_loss", lambda v: v[-1]),
     "best_val_batch_loss": lambda r: _column(r, "val_batch_loss", min),
     "stateful_bpc": lambda r: float(r.metrics["stateful_bpc"]),
@@ -92,20 +113,43 @@ def runs_frame(runs: list[StudyRun]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "seed", "tokens", "cell", "machine", "gemm", "source", *FIGURES])
 
 
+def epochs_frame(runs: list[StudyRun]) -> pd.DataFrame:
+    """One row per epoch of every full-scale run: model, seed, epoch, the whole split's validation
+    loss and the study's one-batch estimate (NaN for runs trained before it was recorded)."""
+    rows = [{"model": run.model, "seed": run.seed, "epoch": int(row["epoch"]), "val_loss": row["val_loss"],
+             "val_batch_loss": row.get("val_batch_loss", math.nan)}
+            for run in runs if not run.quick for row in run.epochs]
+    return pd.DataFrame(rows, columns=["model", "seed", "epoch", "val_loss", "val_batch_loss"])
+
+
+RANGE_FIGURES = frozenset({"train_seconds"})
+"""Figures summarised by their median and range, not a t-interval: training time depends on the
+machine and what else ran on it, so its runs are no sample of one distribution (a t-interval gave
+negative lower bounds)."""
+
+
 def summary_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Per model and figure: n (runs that have it), mean, sd, and the 95% t-interval (low, high,
-    half_width; for n = 1 the value itself and no sd)."""
+    half_width; for n = 1 the value itself and no sd); for `RANGE_FIGURES` the median in `mean` and
+    the range in low and high. `interval` says which."""
     rows = []
     for model, group in frame.groupby("model", sort=False):
         for figure in FIGURES:
             values = group[figure].dropna()
             if values.empty:
                 continue
+            sd = values.std(ddof=1) if len(values) > 1 else math.nan
+            if figure in RANGE_FIGURES:
+                rows.append({"model": model, "figure": figure, "n": len(values), "mean": float(values.median()),
+                             "sd": sd, "low": float(values.min()), "high": float(values.max()),
+                             "half_width": math.nan, "interval": "median, range"})
+                continue
             interval = t_interval(values.tolist())
-            rows.append({"model": model, "figure": figure, "n": interval.n, "mean": interval.estimate,
-                         "sd": values.std(ddof=1) if interval.n > 1 else math.nan, "low": interval.low,
-                         "high": interval.high, "half_width": interval.half_width})
-    return pd.DataFrame(rows, columns=["model", "figure", "n", "mean", "sd", "low", "high", "half_width"])
+            rows.append({"model": model, "figure": figure, "n": interval.n, "mean": interval.estimate, "sd": sd,
+                         "low": interval.low, "high": interval.high, "half_width": interval.half_width,
+                         "interval": "t 95%"})
+    return pd.DataFrame(rows, columns=["model", "figure", "n", "mean", "sd", "low", "high", "half_width",
+                                       "interval"])
 
 
 def csv_text(frame: pd.DataFrame) -> str:

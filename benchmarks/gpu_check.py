@@ -406,7 +406,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--allow-tf32", action="store_true")
     parser.add_argument("--skip", nargs="*", default=[], choices=["tests", "speed", "pipeline"])
-    parser.add_argument("--study", nargs="+", metavar="MODEL", help="train these models (MODEL or MODEL:SEED) instead of the check")
+    parser.add_argument("--study", nargs="+", metavar="MODEL",
+                        help="train these models (MODEL or MODEL:SEED) instead of the check")
     parser.add_argument("--seeds", nargs="+", type=int, help="with --study: train each model at each of these seeds "
                         "(default: params.yaml's seed)")
     parser.add_argument("--jobs", type=int, default=1, help="with --study: runs at once on the GPU (processes)")

@@ -466,8 +466,8 @@ def _judge_study_losses(evidence: Evidence) -> Judgement:
             interval.estimate), "half_width": None if interval.one_run else _round(interval.half_width)}
         predicted = prediction_range(evidence, model, which, len(logged), noise)
         inside = predicted is not None and predicted[0] <= theirs <= predicted[1]
-        checks.append(f"| {model} | {which} {theirs:.2f} | " + ("—" if predicted is None else
-                      f"{predicted[0]:.3f} to {predicted[1]:.3f}") + f" | {'yes' if inside else 'no' if predicted else '—'} |")
+        ranged = "—" if predicted is None else f"{predicted[0]:.3f} to {predicted[1]:.3f}"
+        checks.append(f"| {model} | {which} {theirs:.2f} | {ranged} | {'yes' if inside else 'no' if predicted else '—'} |")
         record["predictions"][model] = {"which": which, "the_study": theirs, "inside": inside if predicted else None,
                                         "low": None if predicted is None else _round(predicted[0]),
                                         "high": None if predicted is None else _round(predicted[1])}

@@ -37,7 +37,7 @@ from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.figure import write_figure
 from rnnlm.study.findings import Finding, findings, findings_markdown, findings_record, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
-from rnnlm.study.table import csv_text, epochs_frame, runs_frame, summary_frame, summary_json
+from rnnlm.study.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
 
 
 class StudyReportError(RnnlmError):
@@ -60,11 +60,15 @@ class Summary:
         row = self.rows.get((model, figure))
         return None if row is None else row.mean
 
-    def text(self, model: str, figure: str, spec: str = ".3f") -> str:
+    def text(self, model: str, figure: str) -> str:
+        """The mean ± the half-width of its 95% interval (the value alone for one run), written as the
+        figure's registry entry (`rnnlm.study.table.FIGURES`) says."""
         row = self.rows.get((model, figure))
         if row is None:
             return "—"
-        return format(row.mean, spec) if row.n < 2 else f"{row.mean:{spec}} ± {row.half_width:{spec}}"
+        spec = FIGURES[figure].spec
+        return format(row.mean, spec) if row.n < 2 or math.isnan(row.half_width) else \
+            f"{row.mean:{spec}} ± {row.half_width:{spec}}"
 
 
 def _link(run: StudyRun, base: Path) -> str:
@@ -98,14 +102,14 @@ def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, m
         s = summary
         lines.append(
             f"| [{model}]({_link(mine[0], base)}) | {mine[0].metrics.get('tokens', '—')} "
-            f"| {_fmt(s.mean(model, 'parameters'), ',.0f')} | {len(mine)} | {'; '.join(dict.fromkeys(rows['machine']))} "
-            f"| {_fmt(s.mean(model, 'train_seconds'), ',.0f')} "
+            f"| {FIGURES['parameters'].text(s.mean(model, 'parameters'))} | {len(mine)} "
+            f"| {'; '.join(dict.fromkeys(rows['machine']))} "
+            f"| {FIGURES['train_seconds'].text(s.mean(model, 'train_seconds'))} "
             f"| {s.text(model, 'val_loss')} / {s.text(model, 'best_val_loss')} "
             f"| **{s.text(model, 'stateful_bpc')}** | {s.text(model, 'stateless_bpc')} | {s.text(model, 'gap_bpc')} "
             f"| {s.text(model, 'bigram_bpc')} | {_span(rows['context_horizon'].tolist())} "
-            f"| {s.text(model, 'known_words_stateless', '.2f')} / {s.text(model, 'known_words_stateful', '.2f')} "
-            f"| {s.text(model, 'repeated_4grams_stateless', '.2f')} / "
-            f"{s.text(model, 'repeated_4grams_stateful', '.2f')} |")
+            f"| {s.text(model, 'known_words_stateless')} / {s.text(model, 'known_words_stateful')} "
+            f"| {s.text(model, 'repeated_4grams_stateless')} / {s.text(model, 'repeated_4grams_stateful')} |")
     lines += [table_row([m, *["—"] * 13]) for m in models if m not in present]
     return lines
 
@@ -114,17 +118,18 @@ RUN_HEADER = table_head(["model", "seed", "trained on", "train s", "val loss (la
                          "stateful", "stateless", "gap", "context horizon", "from"], "lrlrrrrrrrl")
 
 
-def run_row(run: StudyRun, base: Path) -> str:
-    """One run's row: its own figures, its name linking to its samples."""
-    t, m = run.train, run.metrics
-    batch = [row["val_batch_loss"] for row in run.epochs if "val_batch_loss" in row]
-    one_batch = f"{batch[-1]:.3f} / {min(batch):.3f}" if len(batch) == len(run.epochs) else "—"
+def run_row(run: StudyRun, figures: dict[str, float], base: Path) -> str:
+    """One run's row: its own figures (its row of the runs frame, written as the registry says), its
+    name linking to its samples."""
+    def text(name: str) -> str:
+        return FIGURES[name].text(figures.get(name))
+
+    one_batch = "—" if math.isnan(figures.get("val_batch_loss", math.nan)) else \
+        f"{text('val_batch_loss')} / {text('best_val_batch_loss')}"
     return (f"| [{run.model}]({_link(run, base)}) | {run.seed if not run.quick else _fmt(run.params.get('seed'), 'd')} "
-            f"| {run.where()} | {_fmt(t.get('seconds'), ',.0f')} "
-            f"| {_fmt(run.epochs[-1]['val_loss'], '.3f')} / {_fmt(min(r['val_loss'] for r in run.epochs), '.3f')} "
-            f"| {one_batch} | {_fmt(m.get('stateful_bpc'), '.3f')} | {_fmt(m.get('stateless_bpc'), '.3f')} "
-            f"| {m['stateless_bpc'] - m['stateful_bpc']:.3f} | {_fmt(m.get('context_horizon'), '.0f')} "
-            f"| {run.source()} |")
+            f"| {run.where()} | {text('train_seconds')} | {text('val_loss')} / {text('best_val_loss')} "
+            f"| {one_batch} | {text('stateful_bpc')} | {text('stateless_bpc')} | {text('gap_bpc')} "
+            f"| {text('context_horizon')} | {run.source()} |")
 
 
 def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, found: list[Finding],
@@ -161,12 +166,12 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, fou
         "beside the whole split by runs trained since it was added.",
         "",
         *RUN_HEADER,
-        *(run_row(r, base) for r in full),
+        *(run_row(r, figures, base) for r, figures in zip(full, frame.to_dict("records"))),
         "",
     ]
     if quick:
         lines += ["## Quick runs (a fraction of the steps: not the study's numbers)", "", *RUN_HEADER,
-                  *(run_row(r, base) for r in quick), ""]
+                  *(run_row(r, run_figures(r), base) for r in quick), ""]
     lines += [f"![the study]({figure_name})", ""]
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ import io
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -52,6 +53,21 @@ def _horizon(run: StudyRun) -> float:
     return math.nan if value is None else float(value)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a run, defined once: how it is computed from the run's folder, how one value is
+    written, and how it is summarised over seeds ("t": the mean and its 95% t-interval; "range": the
+    median and the range, for figures whose runs are no sample of one distribution)."""
+
+    compute: Callable[[StudyRun], float]
+    spec: str = ".3f"
+    summary: str = "t"
+
+    def text(self, value: float | None) -> str:
+        """One value as the tables write it; a dash for none."""
+        return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, self.spec)
+
+
 EARLY_EPOCHS = 3
 """Claim 5's "within 3 epochs": the best validation loss over epochs 1-3 against the best after them."""
 
@@ -70,37 +86,45 @@ def _characters_per_epoch(run: StudyRun) -> float:
         * per_token
 
 
-FIGURES: dict[str, Callable[[StudyRun], float]] = {
-    "parameters": lambda r: float(r.train["parameters"]),
-    "steps": lambda r: float(r.train["steps"]),
-    "epochs": lambda r: float(len(r.epochs)),
-    "train_seconds": lambda r: float(r.train["seconds"]),
-    "val_loss": lambda r: r.epochs[-1]["val_loss"],
-    "best_val_loss": lambda r: min(row["val_loss"] for row in r.epochs),
-    "best_epoch": _best_epoch,
-    "last_minus_best_val_loss": lambda r: r.epochs[-1]["val_loss"] - min(row["val_loss"] for row in r.epochs),
-    "later_minus_early_best_val_loss": lambda r: _best_over(r, early=False) - _best_over(r, early=True),
-    "characters_per_epoch": _characters_per_epoch,
-    "val_batch_loss": lambda r: _column(r, "val_batch_loss", lambda v: v[-1]),
-    "best_val_batch_loss": lambda r: _column(r, "val_batch_loss", min),
-    "stateful_bpc": lambda r: float(r.metrics["stateful_bpc"]),
-    "stateless_bpc": lambda r: float(r.metrics["stateless_bpc"]),
-    "gap_bpc": lambda r: float(r.metrics["stateless_bpc"] - r.metrics["stateful_bpc"]),
-    "bigram_bpc": lambda r: float(r.metrics["bigram_bpc"]),
-    "stateless_minus_bigram_bpc": lambda r: float(r.metrics["stateless_bpc"] - r.metrics["bigram_bpc"]),
-    "gap_nats_per_token": _token_gap,
-    "chars_per_token": lambda r: (r.metrics["val_chars"] / r.metrics["val_tokens"] if r.metrics.get("val_tokens")
-                                  else math.nan),
-    "context_horizon": _horizon,
-    "log2_context_horizon": lambda r: math.log2(_horizon(r)) if _horizon(r) > 0 else math.nan,
-    "first_epoch_stateful_bpc": lambda r: _first_epoch(r, "stateful_bpc"),
-    "first_epoch_stateless_bpc": lambda r: _first_epoch(r, "stateless_bpc"),
-    "known_words_stateless": lambda r: _text(r, "stateless", "known_word_share"),
-    "known_words_stateful": lambda r: _text(r, "stateful", "known_word_share"),
-    "repeated_4grams_stateless": lambda r: _text(r, "stateless", "repeated_4gram_share"),
-    "repeated_4grams_stateful": lambda r: _text(r, "stateful", "repeated_4gram_share"),
+FIGURES: dict[str, Figure] = {
+    "parameters": Figure(lambda r: float(r.train["parameters"]), ",.0f"),
+    "steps": Figure(lambda r: float(r.train["steps"]), ",.0f"),
+    "epochs": Figure(lambda r: float(len(r.epochs)), ".0f"),
+    "train_seconds": Figure(lambda r: float(r.train["seconds"]), ",.0f", summary="range"),
+    "val_loss": Figure(lambda r: r.epochs[-1]["val_loss"]),
+    "best_val_loss": Figure(lambda r: min(row["val_loss"] for row in r.epochs)),
+    "best_epoch": Figure(_best_epoch, ".0f"),
+    "last_minus_best_val_loss": Figure(lambda r: r.epochs[-1]["val_loss"] - min(row["val_loss"] for row in r.epochs)),
+    "later_minus_early_best_val_loss": Figure(lambda r: _best_over(r, early=False) - _best_over(r, early=True)),
+    "characters_per_epoch": Figure(_characters_per_epoch, ",.0f"),
+    "val_batch_loss": Figure(lambda r: _column(r, "val_batch_loss", lambda v: v[-1])),
+    "best_val_batch_loss": Figure(lambda r: _column(r, "val_batch_loss", min)),
+    "stateful_bpc": Figure(lambda r: float(r.metrics["stateful_bpc"])),
+    "stateless_bpc": Figure(lambda r: float(r.metrics["stateless_bpc"])),
+    "gap_bpc": Figure(lambda r: float(r.metrics["stateless_bpc"] - r.metrics["stateful_bpc"])),
+    "bigram_bpc": Figure(lambda r: float(r.metrics["bigram_bpc"])),
+    "stateless_minus_bigram_bpc": Figure(lambda r: float(r.metrics["stateless_bpc"] - r.metrics["bigram_bpc"])),
+    "gap_nats_per_token": Figure(_token_gap),
+    "chars_per_token": Figure(lambda r: (r.metrics["val_chars"] / r.metrics["val_tokens"] if r.metrics.get("val_tokens")
+                                         else math.nan), ".2f"),
+    "context_horizon": Figure(_horizon, ".0f"),
+    "log2_context_horizon": Figure(lambda r: math.log2(_horizon(r)) if _horizon(r) > 0 else math.nan),
+    "first_epoch_stateful_bpc": Figure(lambda r: _first_epoch(r, "stateful_bpc")),
+    "first_epoch_stateless_bpc": Figure(lambda r: _first_epoch(r, "stateless_bpc")),
+    "known_words_stateless": Figure(lambda r: _text(r, "stateless", "known_word_share"), ".2f"),
+    "known_words_stateful": Figure(lambda r: _text(r, "stateful", "known_word_share"), ".2f"),
+    "repeated_4grams_stateless": Figure(lambda r: _text(r, "stateless", "repeated_4gram_share"), ".2f"),
+    "repeated_4grams_stateful": Figure(lambda r: _text(r, "stateful", "repeated_4gram_share"), ".2f"),
 }
-"""Each run's figures, by name: what runs.csv holds beside who, where and from what."""
+"""Each run's figures, by name: what runs.csv holds beside who, where and from what, and what
+summary.csv, summary.json, the report's tables and the findings read. Training time varies with
+the machine and what else ran on it, so its runs are no sample of one distribution: it is
+summarised by its median and range (a t-interval gave negative lower bounds)."""
+
+
+def run_figures(run: StudyRun) -> dict[str, float]:
+    """Every figure of one run, by name."""
+    return {name: figure.compute(run) for name, figure in FIGURES.items()}
 
 
 def runs_frame(runs: list[StudyRun]) -> pd.DataFrame:
@@ -109,7 +133,7 @@ def runs_frame(runs: list[StudyRun]) -> pd.DataFrame:
     for run in (r for r in runs if not r.quick):
         rows.append({"model": run.model, "seed": run.seed, "tokens": run.tokens, "cell": run.cell,
                      "machine": run.where(), "gemm": run.train.get("gemm") or "", "source": run.source(),
-                     **{name: figure(run) for name, figure in FIGURES.items()}})
+                     **run_figures(run)})
     return pd.DataFrame(rows, columns=["model", "seed", "tokens", "cell", "machine", "gemm", "source", *FIGURES])
 
 
@@ -122,16 +146,10 @@ def epochs_frame(runs: list[StudyRun]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "seed", "epoch", "val_loss", "val_batch_loss"])
 
 
-RANGE_FIGURES = frozenset({"train_seconds"})
-"""Figures summarised by their median and range, not a t-interval: training time depends on the
-machine and what else ran on it, so its runs are no sample of one distribution (a t-interval gave
-negative lower bounds)."""
-
-
 def summary_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Per model and figure: n (runs that have it), mean, sd, and the 95% t-interval (low, high,
-    half_width; for n = 1 the value itself and no sd); for `RANGE_FIGURES` the median in `mean` and
-    the range in low and high. `interval` says which."""
+    half_width; for n = 1 the value itself and no sd); for a figure summarised by its range, the
+    median in `mean` and the range in low and high. `interval` says which."""
     rows = []
     for model, group in frame.groupby("model", sort=False):
         for figure in FIGURES:
@@ -139,7 +157,7 @@ def summary_frame(frame: pd.DataFrame) -> pd.DataFrame:
             if values.empty:
                 continue
             sd = values.std(ddof=1) if len(values) > 1 else math.nan
-            if figure in RANGE_FIGURES:
+            if FIGURES[figure].summary == "range":
                 rows.append({"model": model, "figure": figure, "n": len(values), "mean": float(values.median()),
                              "sd": sd, "low": float(values.min()), "high": float(values.max()),
                              "half_width": math.nan, "interval": "median, range"})

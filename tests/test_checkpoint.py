@@ -122,3 +122,39 @@ def test_the_first_epoch_weights_round_trip_and_their_absence_is_one_clear_error
     tokens = torch.randint(0, 13, (3, 9))
     with torch.no_grad():
         assert torch.equal(loaded.build_model()(tokens)[0], model(tokens)[0])  # the final weights untouched
+
+
+def _swap_tokenizer(path, into, tokenizer_state, keep_identity=True):
+    """The checkpoint at `path` with its embedded tokenizer replaced (as a hand edit would), saved to `into`."""
+    raw = torch.load(path, weights_only=True)
+    raw["tokenizer_state"] = tokenizer_state
+    if not keep_identity:
+        del raw["tokenizer_identity"]  # as a checkpoint written before the identity was recorded
+    torch.save(raw, into)
+    return into
+
+
+@pytest.mark.parametrize("other, message", [
+    (list("abcdefghijklz"), r"its embedded tokenizer \(char/13/sha256:\w{12}\) is not the one the model was trained "
+                            r"with \(char/13/sha256:\w{12}\)"),  # same size, other characters
+    (list("abcdefgh"), r"its embedded tokenizer \(char/8/"),
+], ids=["same size", "fewer tokens"])
+def test_a_checkpoint_whose_tokenizer_was_replaced_is_refused(saved, tmp_path, other, message):
+    path = _swap_tokenizer(saved[0], tmp_path / "swapped.pt", CharTokenizer(other).state())
+    with pytest.raises(CheckpointError, match=f"^{tmp_path / 'swapped.pt'}: {message}"):
+        load_checkpoint(path)
+
+
+def test_an_older_checkpoint_with_a_tokenizer_of_another_size_is_refused(saved, tmp_path, sentencepiece_checkpoint):
+    sentencepiece = torch.load(sentencepiece_checkpoint, weights_only=True)["tokenizer_state"]
+    path = _swap_tokenizer(saved[0], tmp_path / "old.pt", sentencepiece, keep_identity=False)
+    with pytest.raises(CheckpointError, match="its tokenizer has 100 tokens but the model 13; expected the checkpoint"):
+        load_checkpoint(path)
+    assert load_checkpoint(_swap_tokenizer(saved[0], tmp_path / "old-ok.pt", TOKENIZER.state(), keep_identity=False))
+
+
+def test_sample_refuses_a_checkpoint_with_another_tokenizer_in_one_line(saved, tmp_path, in_process):
+    path = _swap_tokenizer(saved[0], tmp_path / "swapped.pt", CharTokenizer(list("abcdefghijklz")).state())
+    done = in_process(["-m", "rnnlm.sample", str(path), "--prompt", "a", "--max-new-tokens", "500"], tmp_path)
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "is not the one the model was trained with" in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -92,7 +93,9 @@ def _delete(raw: dict, path: str) -> None:
         ("generate.top_k_temperature", float("nan"), "generate.top_k_temperature: expected a finite positive number, got nan"),
         ("train.device", "tpu", "train.device: expected one of 'auto', 'cpu', 'cuda', got 'tpu'"),
         ("train.weight_decay", -1, "train.weight_decay: expected a finite non-negative number, got -1.0"),
-        ("seed", -1, "seed: expected a non-negative integer, got -1"),
+        ("seed", -1, "seed: expected an integer from 0 to 2**64 - 1, got -1"),
+        ("seed", 2**64, f"seed: expected an integer from 0 to 2**64 - 1, got {2**64}"),
+        ("seed", "2**70", "seed: expected an integer from 0 to 2**64 - 1, got '2**70'"),
         ("data.sha256", "abc", "data.sha256: expected 64 lowercase hex digits, got 'abc'"),
         ("data.train_fraction", 1.0, "data.train_fraction: expected a number strictly between 0 and 1, got 1.0"),
         ("tokenizer.vocab_size", 4, "tokenizer.vocab_size: expected an integer of at least 16, got 4"),
@@ -117,12 +120,12 @@ def test_invalid_values_name_the_key(raw_params, path, value, message):
         ("models.scribe_beta.lr", "models.scribe_beta.lr: missing; expected a finite positive number"),
         ("train.grad_clip", "train.grad_clip: missing; expected a finite positive number"),
         ("tokenizer", "tokenizer: missing; expected a mapping"),
-        ("seed", "seed: missing; expected a non-negative integer"),
+        ("seed", "seed: missing; expected an integer from 0 to 2**64 - 1"),
     ],
 )
 def test_missing_keys_name_the_key(raw_params, path, message):
     _delete(raw_params, path)
-    with pytest.raises(ParamsError, match="^" + message.replace("(", r"\(")):
+    with pytest.raises(ParamsError, match="^" + re.escape(message)):
         parse_params(raw_params)
 
 

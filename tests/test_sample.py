@@ -70,3 +70,30 @@ def test_missing_checkpoint(tmp_path, sample):
 def test_unreadable_prompt_file(char_checkpoint, tmp_path, sample):
     done = sample(str(char_checkpoint), "--prompt-file", str(tmp_path / "absent.txt"))
     assert done.returncode == 1 and "cannot read the prompt file" in done.stderr
+
+
+@pytest.mark.parametrize("seed", [2**64, -1, 10**23])
+def test_a_seed_out_of_the_generators_range_is_one_line(char_checkpoint, sample, seed):
+    done = sample(str(char_checkpoint), "--prompt", "A", "--seed", str(seed))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == f"error: --seed {seed}: expected an integer from 0 to 2**64 - 1\n"
+    assert sample(str(char_checkpoint), "--prompt", "A", "--seed", str(2**64 - 1), "--max-new-tokens", "3").returncode == 0
+
+
+@pytest.mark.parametrize("which", ["char", "sentencepiece"])
+def test_the_streamed_text_is_the_whole_decoded_text_however_long(which, char_checkpoint, sentencepiece_checkpoint,
+                                                                   capsys):
+    """The stream decodes a window of recent tokens, not the whole prefix again for every token (that
+    was quadratic): what it prints is still exactly the decoded sample."""
+    import torch
+
+    from rnnlm.models.checkpoint import load_checkpoint
+    from rnnlm.sample import _Streamer
+
+    tokenizer = load_checkpoint(char_checkpoint if which == "char" else sentencepiece_checkpoint).tokenizer()
+    ids = torch.randint(tokenizer.vocab_size, (400,), generator=torch.Generator().manual_seed(3)).tolist()
+    prompt = tokenizer.encode("KING: ")
+    streamer = _Streamer(tokenizer, prompt)
+    for token in ids:
+        streamer(torch.tensor([token]))
+    assert capsys.readouterr().out == tokenizer.decode(prompt + ids)

@@ -40,6 +40,20 @@ def non_negative_int() -> Any:
     return _spec(int, "a non-negative integer", lambda v: v >= 0)
 
 
+SEED_MAX = 2**64 - 1
+"""The largest seed PyTorch's generators take: they hold an unsigned 64-bit integer."""
+SEED_EXPECTED = "an integer from 0 to 2**64 - 1"
+
+
+def seed_in_range(value: int) -> bool:
+    """Whether `value` is a seed every generator the pipeline seeds with it accepts."""
+    return 0 <= value <= SEED_MAX
+
+
+def seed() -> Any:
+    return _spec(int, SEED_EXPECTED, seed_in_range)
+
+
 def positive_float() -> Any:
     return _spec(float, "a finite positive number", lambda v: 0 < v < math.inf)
 
@@ -179,7 +193,7 @@ class Params:
     """The whole of params.yaml. `selected` is the entry that `model:` names."""
 
     model: str = text("the name of an entry under models:")
-    seed: int = non_negative_int()
+    seed: int = seed()
     data: DataParams
     tokenizer: TokenizerParams
     train: TrainParams

@@ -19,6 +19,7 @@ from rnnlm.errors import RnnlmError, run_main
 from rnnlm.inference.decoding import MODES, STRATEGIES, Decoding, check_request, generate, make_generator
 from rnnlm.device import resolve_device
 from rnnlm.memory import fits_in_memory
+from rnnlm.params import SEED_EXPECTED, seed_in_range
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,7 +50,12 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 
 class _Streamer:
-    """Prints the text of one sample as tokens arrive (decoding the whole prefix, so pieces join right)."""
+    """Prints the text of one sample as tokens arrive. Each new token's text is what decoding the last
+    `WINDOW` tokens adds to decoding them without it, so the cost per token stays constant however
+    long the sample (decoding the whole prefix each time made a long sample quadratic); where a
+    tokenizer's pieces do not join that way, the whole text is decoded and its new end printed."""
+
+    WINDOW = 64
 
     def __init__(self, tokenizer, prompt_ids: list[int]):
         self.tokenizer, self.ids = tokenizer, list(prompt_ids)
@@ -58,14 +64,22 @@ class _Streamer:
 
     def __call__(self, token: torch.Tensor) -> None:
         self.ids.append(int(token[0]))
-        text = self.tokenizer.decode(self.ids)
-        sys.stdout.write(text[len(self.shown) :])
+        recent = self.ids[-self.WINDOW - 1:]
+        before, after = self.tokenizer.decode(recent[:-1]), self.tokenizer.decode(recent)
+        if after.startswith(before) and len(self.ids) > len(recent):
+            new = after[len(before):]
+            self.shown += new
+        else:  # the start of the text, or pieces that change what comes before them
+            text = self.tokenizer.decode(self.ids)
+            new, self.shown = text[len(self.shown):], text
+        sys.stdout.write(new)
         sys.stdout.flush()
-        self.shown = text
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if not seed_in_range(args.seed):
+        raise RnnlmError(f"--seed {args.seed}: expected {SEED_EXPECTED}")
     prompt = read_prompt(args)
     decoding = Decoding(args.strategy, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     device = resolve_device(args.device)

@@ -4,8 +4,10 @@ A checkpoint holds the weights, the model config, the model's name, the tokenize
 characters or its SentencePiece model, so a checkpoint is all that sampling needs), the params it
 was trained with, the step and epoch, the optimizer state, and the weights after the first epoch
 (what the evaluation compares the final weights with). Never a pickled module.
-Loading checks that the file is an rnnlm checkpoint, and (when asked) that it was trained with the
-given tokenizer and is the given model; each failure is one clear `CheckpointError`.
+Loading checks that the file is an rnnlm checkpoint whose embedded tokenizer is the one recorded
+at training (its identity: kind, size, sha256) and has the model's vocabulary size, and (when
+asked) that it was trained with the given tokenizer and is the given model; each failure is one
+clear `CheckpointError`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import io
 import sys
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,6 @@ class Checkpoint:
     step: int
     epoch: int
     optimizer_state: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     # the weights after epoch 1 (None in checkpoints written before they were kept)
     first_epoch_state: dict[str, torch.Tensor] | None = None
 
@@ -82,7 +83,8 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
         "step": checkpoint.step,
         "epoch": checkpoint.epoch,
         "optimizer_state": checkpoint.optimizer_state,
-        "extra": checkpoint.extra,
+        # kind, size and sha256 of the tokenizer embedded above: loading rebuilds it and compares
+        "tokenizer_identity": checkpoint.tokenizer().identity,
         "first_epoch_state": checkpoint.first_epoch_state,
     }
     # torch.save names the archive inside the file after the file, and the temporary file has a
@@ -144,7 +146,6 @@ def load_checkpoint(
             step=raw["step"],
             epoch=raw["epoch"],
             optimizer_state=raw["optimizer_state"],
-            extra=raw["extra"],
             first_epoch_state=raw.get("first_epoch_state"),
         )
     except (KeyError, RnnlmError) as error:
@@ -157,6 +158,15 @@ def load_checkpoint(
         recorded = checkpoint.tokenizer().identity
     except RnnlmError as error:
         raise CheckpointError(f"{path}: its tokenizer cannot be rebuilt ({error})") from error
+    trained_with = raw.get("tokenizer_identity")  # absent in checkpoints written before it was recorded
+    if trained_with is not None and recorded != dict(trained_with):
+        raise CheckpointError(f"{path}: its embedded tokenizer ({_describe(recorded)}) is not the one the model was "
+                              f"trained with ({_describe(trained_with)}); expected the checkpoint as the train stage "
+                              f"wrote it")
+    if recorded["vocab_size"] != checkpoint.model_config.vocab_size:
+        raise CheckpointError(f"{path}: its tokenizer has {recorded['vocab_size']:,} tokens but the model "
+                              f"{checkpoint.model_config.vocab_size:,}; expected the checkpoint as the train stage "
+                              f"wrote it")
     if tokenizer is not None and recorded != dict(tokenizer):
         raise CheckpointError(
             f"{path}: trained with tokenizer {_describe(recorded)}, but the tokenizer at hand is {_describe(tokenizer)}"

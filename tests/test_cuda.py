@@ -96,7 +96,7 @@ def test_cuda_layers_with_masks_match_float64_cpu(cell, loops, monkeypatch):
         assert _relative(value, reference) < 1e-4
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("cell", sorted(CONFIGS))  # every registered cell (the registry), not a list by hand
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_graph_and_eager_steps_give_the_same_losses(cell, dropout):
     config = ModelConfig(**{**CONFIGS[cell].to_dict(), "dropout": dropout})

@@ -93,6 +93,23 @@ def _remote_refs(repo: Path) -> dict[str, str]:
     return {line.split("\t")[1].rsplit("/", 1)[1]: line.split("\t")[0] for line in listed.splitlines()}
 
 
+def tasks_venv(tmp_path: Path) -> Path:
+    """The environment the array tasks activate (`--venv`): the virtual environment running this
+    test where there is one (a venv made over it with --system-site-packages would see the *base*
+    interpreter's packages, not this one's); else a venv over the base interpreter's packages."""
+    if sys.prefix != sys.base_prefix:
+        return Path(sys.prefix)
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path)
+    return venv
+
+
+def test_the_tasks_get_the_environment_that_runs_the_tests(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "project-venv"))
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    assert tasks_venv(tmp_path) == tmp_path / "project-venv"
+
+
 @pytest.mark.slow
 def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmitted(cluster, tmp_path):
     origin, storage = tmp_path / "origin.git", tmp_path / "dvc-storage"
@@ -105,8 +122,7 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
     run(["git", "push", "-q", str(origin), "HEAD:main"], seed_repo)
     repo = tmp_path / "submitter"
     run(["git", "clone", "-q", str(origin), str(repo)], tmp_path)
-    venv = tmp_path / "venv"  # the pinned environment, given once: this one's packages
-    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path)
+    venv = tasks_venv(tmp_path)
     env = {**cluster, "PYTHONPATH": str(REPO_ROOT / "src"), "DVC_NO_ANALYTICS": "1"}
     submit = [sys.executable, "-m", "rnnlm.study", "run", "--slurm", "--models", "astra_alpha", "rnn_alpha",
               "--seeds", "2", "--gpus", "0", "--cpus-per-task", "1", "--time", "10", "--venv", str(venv),

@@ -101,7 +101,8 @@ def test_collect_keeps_every_seed_and_each_ones_newest_run_and_quick_runs_apart(
     assert provenance | {"commit": None} == {
         "model": "beta", "seed": 1337, "steps_scale": 1.0, "experiment": "beta-run", "rev": beta, "commit": None,
         "date": "2026-01-02T11:00:00+00:00", "device": "cpu", "processor": "Test CPU", "gemm": "onednn",
-        "train_seconds": 12.5, "made_by": "python -m rnnlm.study collect"}
+        "train_seconds": 12.5, "made_by": "python -m rnnlm.study collect",
+        "files": sorted(study_collect.FOLDER)}
     assert provenance["commit"] == _git(repo, "rev-parse", "HEAD").strip()  # the commit it was run from
     assert {p.name for p in (out / "beta/seed-1337").iterdir()} == {*study_collect.FOLDER, "provenance.json"}
     assert any("quick" in line for line in said)
@@ -117,6 +118,42 @@ def test_collect_never_replaces_a_newer_run_with_an_older_one(repo):
     said = study_collect.collect(repo, out)
     assert "kept the newer run" in said[0]
     assert sorted(p.name for p in (out / "alpha/seed-1337").iterdir()) == ["provenance.json"]
+
+
+def test_a_folder_missing_some_files_is_written_again_not_called_up_to_date(repo):
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    (out / "alpha/seed-1337/metrics.json").unlink()  # as two collects at once once left it
+    said = study_collect.collect(repo, out)
+    assert said == [f"alpha seed 1337: rewrote {out / 'alpha/seed-1337'}, which lacked some of its files, "
+                    "from commit " + said[0].rsplit("commit ", 1)[1]]
+    assert (out / "alpha/seed-1337/metrics.json").is_file()
+    assert "up to date" in study_collect.collect(repo, out)[0]
+
+
+def test_a_second_collect_waits_for_the_first(repo):
+    """Two collects at once rewrote the same folders and left one half-written: the second now waits
+    on the repository's lock until the first is done, and finds everything up to date."""
+    import fcntl
+    import threading
+
+    out = repo / "reports/study"
+    with open(repo / ".git/rnnlm-collect.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a first collect, in the middle of its work
+        said: list[list[str]] = []
+        second = threading.Thread(target=lambda: said.append(study_collect.collect(repo, out)))
+        second.start()
+        second.join(timeout=2)
+        assert second.is_alive() and not out.exists()  # waiting, nothing written
+        fcntl.flock(held, fcntl.LOCK_UN)
+    second.join(timeout=30)
+    assert not second.is_alive() and "wrote" in said[0][0]
+
+
+def test_collect_refuses_an_out_that_is_a_file(repo):
+    (repo / "study.txt").write_text("")
+    with pytest.raises(study_collect.CollectError, match="--out .*study.txt: not a folder"):
+        study_collect.collect(repo, repo / "study.txt")
 
 
 def test_collect_reads_committed_runs_and_refuses_a_folder_that_is_no_repository(repo, tmp_path):
@@ -304,6 +341,19 @@ def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_unt
     assert json.loads((alpha / "seed-1337/metrics.json").read_text())["stateful_bpc"] == 2.30
 
 
+def _edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_report_refuses_a_full_scale_run_among_the_quick_ones(repo, study_cli):
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    shutil.copytree(out / "alpha/seed-1337", out / "quick/alpha")
+    done = study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    assert done.returncode == 1 and done.stderr.startswith(
+        "error: reports/study/quick/alpha/params.yaml: has train.steps_scale 1: a full-scale run in a quick folder")
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda f: (f / "epochs.tsv").write_text((f / "epochs.tsv").read_text().splitlines()[0] + "\n10\t1\t2.0\t1.69\t1\n"),
      "epochs.tsv: holds epochs 1, but train_metrics.json says 2 epochs; expected the files of one run"),
@@ -313,7 +363,26 @@ def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_unt
     (lambda f: (f / "params.yaml").write_text((f / "params.yaml").read_text().replace("seed: 1337", "seed: 3")),
      "params.yaml: has seed 3, not the folder's 1337"),
     (lambda f: (f / "train_metrics.json").unlink(), "train_metrics.json: missing"),
-], ids=["epochs disagree", "metrics cut short", "empty params", "another seed", "file missing"])
+    (lambda f: _edit_json(f / "metrics.json", stateful_bpc=float("nan")),
+     "metrics.json: has nan under stateful_bpc, expected a finite number in (0, inf]"),
+    (lambda f: _edit_json(f / "metrics.json", stateless_bpc=-3.7),
+     "metrics.json: has -3.7 under stateless_bpc, expected a finite number in (0, inf]"),
+    (lambda f: _edit_json(f / "metrics.json", reset_curve_bpc={"1": float("inf"), "never": 2.5}),
+     "metrics.json: has inf under reset_curve_bpc[1], expected a finite number in (0, inf]"),
+    (lambda f: _edit_json(f / "metrics.json", context_horizon=float("nan")),
+     "metrics.json: has nan under context_horizon"),
+    (lambda f: _edit_json(f / "metrics.json", text={"stateless": {"known_word_share": 1.4}}),
+     "metrics.json: has 1.4 under text.stateless.known_word_share, expected a finite number in (-1e-12, 1]"),
+    (lambda f: (f / "epochs.tsv").write_text((f / "epochs.tsv").read_text().replace("\t1.69\t1.72", "\t-1.69\t1.72")),
+     "epochs.tsv: has -1.69 under epoch 1 val_loss"),
+    (lambda f: _edit_json(f / "train_metrics.json", best_val_loss=1.5),
+     "epochs.tsv: has its lowest validation loss at 1.69, but train_metrics.json says 1.5"),
+    (lambda f: _edit_json(f / "metrics.json", tokens="sentencepiece"),
+     "params.yaml: says tokens 'char', but metrics.json measured a 'sentencepiece' model"),
+    (lambda f: (f / "generations.md").unlink(), "generations.md: missing; expected the samples the study links to"),
+], ids=["epochs disagree", "metrics cut short", "empty params", "another seed", "file missing", "nan", "negative",
+        "inf in a curve", "nan horizon", "share above 1", "negative loss", "best disagrees", "other tokens",
+        "no samples"])
 def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, message, study_cli):
     out = repo / "reports/study"
     study_collect.collect(repo, out)

@@ -32,10 +32,13 @@ the workspace: `dvc exp pull origin NAME` brings another machine's run here as a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -187,9 +190,34 @@ def _machines(train: dict) -> dict[str, object]:
     return {"machines": train["machines"]} if train.get("machines") else {}
 
 
+REQUIRED = frozenset(FOLDER) - {"context_curve.csv"}  # runs evaluated before the context curve lack it
+"""The files every study folder has (where its provenance does not list its own)."""
+
+
 def _held(folder: Path) -> dict | None:
     path = folder / "provenance.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _complete(folder: Path, held: dict) -> bool:
+    """Whether every file the folder's provenance lists is there (a folder is complete only then)."""
+    return all((folder / name).is_file() for name in held.get("files", REQUIRED))
+
+
+@contextlib.contextmanager
+def _one_at_a_time(repo: Path):
+    """Hold the repository's collect lock (`.git/rnnlm-collect.lock`, an flock the system drops when
+    its holder dies): a second `collect` waits for the first instead of rewriting the same folders."""
+    with open(repo / ".git" / "rnnlm-collect.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("waiting for another `collect` of this repository to finish", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _partial(folder: Path) -> Path:
@@ -230,7 +258,8 @@ def write_folder(files: dict[str, str], provenance_record: dict[str, object], fo
     try:
         for name, text in files.items():
             (partial / name).write_text(text, encoding="utf-8")
-        (partial / "provenance.json").write_text(json.dumps(provenance_record, indent=2) + "\n", encoding="utf-8")
+        record = {**provenance_record, "files": sorted(files)}
+        (partial / "provenance.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     except BaseException as error:
         shutil.rmtree(partial, ignore_errors=True)
         if isinstance(error, OSError) and error.errno in NO_SPACE:
@@ -257,7 +286,10 @@ def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool]
     provenance)`) or a newer run; returns the line `collect` prints."""
     held = _held(folder)
     if held is not None and same(held):
-        return f"{label}: up to date ({source})"
+        if _complete(folder, held):
+            return f"{label}: up to date ({source})"
+        write()
+        return f"{label}: rewrote {folder}, which lacked some of its files, from {source}"
     if held is not None and "date" in held and datetime.fromisoformat(held["date"]) > datetime.fromisoformat(date):
         return f"{label}: kept the newer run already in {folder} (found {source}, of {date})"
     write()
@@ -338,8 +370,15 @@ def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives:
     collect left, then each archive's run (`collect_archive`); returns one line per folder saying
     what was done."""
     repo, out = Path(repo), Path(out)
-    if not (repo / ".git").exists():
+    if not (repo / ".git").is_dir():
         raise CollectError(f"{repo}: not a git repository; expected the root of a clone of this project")
+    if out.exists() and not out.is_dir():
+        raise CollectError(f"--out {out}: not a folder; expected the study's folder (reports/study)")
+    with _one_at_a_time(repo):
+        return _collect(repo, out, archives)
+
+
+def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     said = mend(out) if out.is_dir() else []
     for _, run in sorted(newest(find_runs(repo)).items(), key=lambda item: (item[0][0], item[0][1] is None,
                                                                             item[0][1] or 0)):

@@ -135,6 +135,55 @@ def _check(run: StudyRun) -> None:
         for key in keys:
             if not isinstance(record.get(key), (int, float)):
                 raise bad(name, f"has no number under {key!r}")
+    for name, where, value, low, high in _numbers(run):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and low < value <= high):
+            raise bad(name, f"has {value!r} under {where}, expected a finite number in ({low:g}, {high:g}]")
+    best = min(row["val_loss"] for row in run.epochs)
+    if "best_val_loss" in run.train and run.train["best_val_loss"] != best:
+        raise bad("epochs.tsv", f"has its lowest validation loss at {best}, but train_metrics.json says "
+                                f"{run.train['best_val_loss']}")
+    tokens = run.params["models"][run.model].get("tokens")
+    if run.metrics.get("tokens", tokens) != tokens:
+        raise bad("params.yaml", f"says tokens {tokens!r}, but metrics.json measured a {run.metrics.get('tokens')!r} model")
+    scale = float(run.params.get("train", {}).get("steps_scale", 1.0))
+    if run.quick == (scale == 1.0):
+        raise bad("params.yaml", f"has train.steps_scale {scale:g}: a {'full-scale' if run.quick else 'quick'} run in "
+                                 f"a {'quick' if run.quick else 'full-scale'} folder")
+    if not (run.folder / "generations.md").is_file():
+        raise StudyFolderError(f"{run.folder / 'generations.md'}: missing; expected the samples the study links to "
+                               "(collect the run again)")
+
+
+POSITIVE = (0.0, math.inf)
+SHARE = (-1e-12, 1.0)
+
+
+def _numbers(run: StudyRun):
+    """Every number the report reads from a run folder, with the range it must lie in: (file, where,
+    value, low, high), low exclusive. Losses, bits and times are positive and finite; shares lie in [0, 1]."""
+    m = run.metrics
+    for key in ("stateful_bpc", "stateless_bpc", "bigram_bpc"):
+        yield "metrics.json", key, m.get(key), *POSITIVE
+    for curve in ("reset_curve_bpc", "reset_curve_nats_per_token", "context_curve_bpc"):
+        for k, v in (m.get(curve) or {}).items():
+            yield "metrics.json", f"{curve}[{k}]", v, *POSITIVE
+    if m.get("context_horizon") is not None:
+        yield "metrics.json", "context_horizon", m["context_horizon"], *POSITIVE
+    for key, v in (m.get("first_epoch") or {}).items():
+        if key.endswith("_bpc"):
+            yield "metrics.json", f"first_epoch.{key}", v, *POSITIVE
+    for mode, stats in (m.get("text") or {}).items():
+        for key, v in stats.items():
+            if key.endswith("_share"):
+                yield "metrics.json", f"text.{mode}.{key}", v, *SHARE
+    for key in ("parameters", "steps", "seconds", "val_loss", "best_val_loss"):
+        if key in run.train:
+            yield "train_metrics.json", key, run.train[key], *POSITIVE
+    for row in run.epochs:
+        for key in ("val_loss", "val_batch_loss", "train_loss"):
+            if key in row:
+                yield "epochs.tsv", f"epoch {row['epoch']:g} {key}", row[key], *POSITIVE
 
 
 def load_run(folder: Path, model: str, seed: int | None, quick: bool) -> StudyRun:

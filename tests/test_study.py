@@ -120,6 +120,48 @@ def test_collect_never_replaces_a_newer_run_with_an_older_one(repo):
     assert sorted(p.name for p in (out / "alpha/seed-1337").iterdir()) == ["provenance.json"]
 
 
+def _lock_for(repo: Path, trained: str = "aa", read_by_evaluate: str = "aa", metrics: bytes | None = None) -> None:
+    """A dvc.lock for the run in the workspace: the checkpoint the train stage wrote and the one
+    generate and evaluate read, and the md5 of reports/metrics.json (that file's own by default)."""
+    import hashlib
+
+    metrics_md5 = hashlib.md5(metrics if metrics is not None else (repo / "reports/metrics.json").read_bytes()).hexdigest()
+    stages = {"train": {"outs": [{"path": "models/model.pt", "md5": trained}]},
+              "generate": {"deps": [{"path": "models/model.pt", "md5": read_by_evaluate}]},
+              "evaluate": {"deps": [{"path": "models/model.pt", "md5": read_by_evaluate}],
+                           "outs": [{"path": "reports/metrics.json", "md5": metrics_md5}]}}
+    (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
+
+
+@pytest.mark.parametrize("lock, reason", [
+    ({"trained": "bb"}, "its generate stage read another checkpoint than its train stage wrote"),
+    ({"metrics": b"another run's metrics"}, "its reports/metrics.json is not the one its dvc.lock records"),
+], ids=["train alone", "reports of another run"])
+def test_an_experiment_whose_stages_disagree_is_not_collected(repo, lock, reason):
+    """`dvc exp run ... train` ran the train stage alone: its commit holds its own training metrics
+    beside its parent's evaluation and samples. Such a run is named and left out."""
+    baseline = _git(repo, "rev-parse", "HEAD").strip()
+    _write_run(repo, "beta", 1.0, 2.2)
+    _lock_for(repo, **lock)
+    rev = _commit(repo, "beta, train stage alone", "2026-01-02T11:00:00+00:00")
+    _git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/beta-train-only", rev)
+    _git(repo, "reset", "-q", "--hard", baseline)
+    said = study_collect.collect(repo, repo / "reports/study")
+    assert f"experiment beta-train-only: not collected: {reason}; expected a run of every stage (dvc exp run " \
+           "without a stage name)" in said
+    assert not (repo / "reports/study/beta").exists()
+
+
+def test_an_experiment_whose_stages_agree_is_collected(repo):
+    baseline = _git(repo, "rev-parse", "HEAD").strip()
+    _write_run(repo, "beta", 1.0, 2.2)
+    _lock_for(repo)
+    rev = _commit(repo, "beta, every stage", "2026-01-02T11:00:00+00:00")
+    _git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/beta-whole", rev)
+    _git(repo, "reset", "-q", "--hard", baseline)
+    assert any("beta seed 1337: wrote" in line for line in study_collect.collect(repo, repo / "reports/study"))
+
+
 def test_a_folder_missing_some_files_is_written_again_not_called_up_to_date(repo):
     out = repo / "reports/study"
     study_collect.collect(repo, out)

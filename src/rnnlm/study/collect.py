@@ -109,14 +109,22 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
+def _show_bytes(repo: Path, rev: str, path: str) -> bytes | None:
+    """The bytes of `path` in commit `rev`, or None when the commit has none."""
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True)
+    return done.stdout if done.returncode == 0 else None
+
+
 def _show(repo: Path, rev: str, path: str) -> str | None:
     """The file at `path` in commit `rev`, or None when the commit has none."""
     done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True, text=True)
     return done.stdout if done.returncode == 0 else None
 
 
-def _run(repo: Path, rev: str, experiment: str | None, baseline: str, date: str) -> Run | None:
-    """The run in commit `rev`, or None when it holds no complete, consistent run."""
+def _run(repo: Path, rev: str, experiment: str | None, baseline: str, date: str,
+         refused: list[str] | None = None) -> Run | None:
+    """The run in commit `rev`, or None when it holds no complete, consistent run (an experiment's
+    reason then goes to `refused`)."""
     params_text, train_text = _show(repo, rev, "params.yaml"), _show(repo, rev, FOLDER["train_metrics.json"])
     if params_text is None or train_text is None or _show(repo, rev, FOLDER["metrics.json"]) is None:
         return None
@@ -124,12 +132,47 @@ def _run(repo: Path, rev: str, experiment: str | None, baseline: str, date: str)
     model = params.get("model")
     if not model or train.get("model") != model:  # reports of another model than the params select
         return None
+    why = _stages_disagree(repo, rev)
+    if why is not None:
+        if refused is not None and experiment is not None:
+            refused.append(f"experiment {experiment}: not collected: {why}; expected a run of every stage "
+                           "(dvc exp run without a stage name)")
+        return None
     return Run(rev, experiment, baseline, date, model, int(params.get("seed", 0)),
                float(params.get("train", {}).get("steps_scale", 1.0)))
 
 
-def find_runs(repo: Path) -> list[Run]:
-    """Every finished run of the repository: its experiments, then the commits of its branch."""
+def _stages_disagree(repo: Path, rev: str) -> str | None:
+    """Why the reports in commit `rev` are not of one run of every stage, or None when they are: its
+    dvc.lock must record the checkpoint the train stage wrote as the one generate and evaluate read,
+    and each study file as the stage that wrote it recorded it (an experiment that ran the train stage
+    alone keeps its parent's evaluation and samples). A commit without dvc.lock is taken as it is."""
+    lock_text = _show(repo, rev, "dvc.lock")
+    if lock_text is None:
+        return None
+    stages = (yaml.safe_load(lock_text) or {}).get("stages", {})
+
+    def md5s(kind: str, stage: str) -> dict[str, str]:
+        return {entry["path"]: entry.get("md5") for entry in stages.get(stage, {}).get(kind, [])}
+
+    trained = md5s("outs", "train").get(CHECKPOINT)
+    for stage in ("generate", "evaluate"):
+        if md5s("deps", stage).get(CHECKPOINT, trained) != trained:
+            return f"its {stage} stage read another checkpoint than its train stage wrote"
+    recorded = {path: md5 for stage in stages for path, md5 in md5s("outs", stage).items()}
+    for path in FOLDER.values():
+        data = _show_bytes(repo, rev, path)
+        if path in recorded and data is not None and hashlib.md5(data).hexdigest() != recorded[path]:
+            return f"its {path} is not the one its dvc.lock records"
+    return None
+
+
+CHECKPOINT = "models/model.pt"
+
+
+def find_runs(repo: Path, refused: list[str] | None = None) -> list[Run]:
+    """Every finished run of the repository: its experiments, then the commits of its branch (those
+    whose stages disagree left out; an experiment's reason goes to `refused`)."""
     runs = []
     refs = _git(repo, "for-each-ref", "refs/exps", "--format=%(refname) %(objectname) %(committerdate:iso-strict)")
     for line in refs.splitlines():
@@ -137,7 +180,7 @@ def find_runs(repo: Path) -> list[Run]:
         parts = ref.split("/")  # refs/exps/<baseline[:2]>/<baseline[2:]>/<name>; queue stashes differ
         if len(parts) != 5 or len(parts[2]) != 2:
             continue
-        run = _run(repo, rev, parts[4], parts[2] + parts[3], date)
+        run = _run(repo, rev, parts[4], parts[2] + parts[3], date, refused)
         if run is not None:
             runs.append(run)
     has_head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, capture_output=True).returncode == 0
@@ -380,7 +423,10 @@ def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives:
 
 def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     said = mend(out) if out.is_dir() else []
-    for _, run in sorted(newest(find_runs(repo)).items(), key=lambda item: (item[0][0], item[0][1] is None,
+    refused: list[str] = []
+    runs = find_runs(repo, refused)
+    said += refused
+    for _, run in sorted(newest(runs).items(), key=lambda item: (item[0][0], item[0][1] is None,
                                                                             item[0][1] or 0)):
         folder = run.folder(out)
         said.append(_replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}",

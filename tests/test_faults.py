@@ -208,6 +208,47 @@ def test_sigterm_and_ctrl_c_keep_the_last_epoch_and_say_so_in_one_line(pipeline,
     assert not _leftovers(root)
 
 
+@pytest.mark.slow
+def test_ctrl_c_in_dvc_repro_loses_the_stages_earlier_outputs_and_dvc_checkout_brings_them_back(tmp_path):
+    """DVC removes a stage's outputs before it runs the stage: a `dvc repro` stopped in the train stage
+    leaves no checkpoint and no training reports (the README says so), every other stage's outputs
+    stay, and `dvc checkout train` (checkpoint) with `git checkout -- reports/train` (reports, kept in
+    git) brings back what the last finished run committed."""
+    def tiny(params: dict) -> None:
+        tiny_models(params)
+        params["generate"]["max_new_tokens"] = 10
+
+    root = make_dvc_repo(tmp_path / "repo", CORPUS, tiny)
+    env = _env()
+    first = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "a finished run"], cwd=root, check=True)
+    kept = {p: (root / p).read_bytes() for p in ("models/model.pt", "reports/train/metrics.json",
+                                                  "reports/metrics.json", "reports/generations.md")}
+    params = root / "params.yaml"
+    original = params.read_text()
+    longer = yaml.safe_load(original)
+    longer["models"]["astra_alpha"]["epochs"] = 400
+    params.write_text(yaml.safe_dump(longer, sort_keys=False))
+    def as_in_a_terminal() -> None:  # its own process group, SIGINT as a terminal delivers it
+        os.setpgrp()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    repro = subprocess.Popen(["dvc", "repro"], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, preexec_fn=as_in_a_terminal)
+    _wait_for_line(repro, "epoch 02/400")
+    os.killpg(repro.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group: DVC and its stage
+    repro.communicate(timeout=120)
+    assert repro.returncode != 0
+    assert not (root / "models/model.pt").exists() and not (root / "reports/train/metrics.json").exists()
+    assert (root / "reports/metrics.json").read_bytes() == kept["reports/metrics.json"]  # later stages: untouched
+    params.write_text(original)
+    assert subprocess.run(["dvc", "checkout", "train"], cwd=root, env=env, capture_output=True).returncode == 0
+    subprocess.run(["git", "checkout", "--", "reports/train"], cwd=root, check=True)
+    assert {p: (root / p).read_bytes() for p in kept} == kept
+
+
 def test_sample_into_a_closed_pipe_ends_quietly_and_a_full_stdout_in_one_line(pipeline):
     sample = [sys.executable, "-m", "rnnlm.sample", str(pipeline / "models/model.pt"), "--prompt", "ROMEO:",
               "--max-new-tokens", "2000"]

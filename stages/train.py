@@ -12,7 +12,7 @@ from pathlib import Path
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import resolve_device
-from rnnlm.errors import command_args, run_main
+from rnnlm.errors import RESUMES, command_args, run_main
 from rnnlm.memory import fits_in_memory, keep_freed_memory
 from rnnlm.params import load_params, select_model
 from rnnlm.data.tokenizers import load_tokenizer
@@ -39,4 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, again=RESUMES)

@@ -91,8 +91,39 @@ def test_the_folder_of_a_queued_experiment_is_the_main_repositorys(tmp_path):
     assert resume_folder(".resume", environ={"RNNLM_RESUME_DIR": ""}, cwd=repo) == repo.resolve() / ".resume"
 
 
+def _fields(model: str, epoch: int) -> dict:
+    return {"model": model, "seed": 1, "key": f"key of {model}", "epoch": epoch, "epochs": 10}
+
+
 def test_listing_gives_newest_first(tmp_path):
-    write_resume_file(tmp_path / "a.pt", {"epoch": 1}, {"model": "a", "epoch": 1})
+    write_resume_file(tmp_path / "a.pt", {"epoch": 1}, _fields("a", 1))
     time.sleep(1.1)
-    write_resume_file(tmp_path / "b.pt", {"epoch": 2}, {"model": "b", "epoch": 2})
+    write_resume_file(tmp_path / "b.pt", {"epoch": 2}, _fields("b", 2))
     assert [h["model"] for h in list_resume_files(tmp_path)] == ["b", "a"]
+
+
+@pytest.mark.parametrize("header, why", [
+    (b"[1, 2]", "its header is not a mapping of fields"),
+    (b'{"model": "a", "seed": 1, "key": "k", "epoch": 1, "epochs": 2, "sha256": "x", "bytes": 0}',
+     "its header has no str under 'written'"),
+    (b'{"model": "a", "seed": 1, "key": "k", "epoch": 1, "epochs": 2, "sha256": "x", "bytes": 0, "written": "soon"}',
+     "its header's time 'soon' does not parse"),
+    (b'{"model": "a", "seed": "one", "key": "k", "epoch": 1, "epochs": 2, "sha256": "x", "bytes": 0, '
+     b'"written": "2026-01-01T00:00:00+00:00"}', "its header has no int under 'seed'"),
+], ids=["a list", "no time", "a bad time", "a seed that is text"])
+def test_a_header_of_the_wrong_shape_is_refused_and_the_healthy_files_still_listed(tmp_path, capsys, header, why):
+    write_resume_file(tmp_path / "good.pt", {"epoch": 1}, _fields("good", 1))
+    (tmp_path / "bad.pt").write_bytes(MAGIC + header + b"\n" + b"archive")
+    found = list_resume_files(tmp_path)
+    assert [h["model"] for h in found if not isinstance(h, ResumeFileError)] == ["good"]
+    assert [str(e) for e in found if isinstance(e, ResumeFileError)] == [f"{tmp_path / 'bad.pt'}: {why}"]
+    store = _store(tmp_path)
+    (tmp_path / "bad.pt").rename(store.path)  # what the train stage would read
+    assert store.load() is None and why in capsys.readouterr().out
+
+
+def test_resume_files_of_a_folder_that_is_a_file_is_one_line(tmp_path, in_process):
+    (tmp_path / "resume").write_text("")
+    done = in_process(["-m", "rnnlm.study", "resume-files", "--dir", str(tmp_path / "resume")], tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == f"error: {tmp_path / 'resume'}: not a folder; expected the folder of resume files\n"

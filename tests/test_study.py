@@ -343,6 +343,10 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
         study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):
         study_command.main(["run", "--seeds", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match=r"--seeds 100000 for 9 models asks for 900,000 runs, more than --max-runs "
+                                         r"100; pass --max-runs 900000 to queue them \(an over-long queue: `dvc queue "
+                                         r"remove --queued` empties it\)"):
+        study_command.main(["run", "--seeds", "100000", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []
 
 
@@ -387,6 +391,14 @@ def _edit_json(path: Path, **changes) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
+def test_report_refuses_a_readme_that_is_not_there(repo, study_cli):
+    study_collect.collect(repo, repo / "reports/study")
+    done = study_cli(repo, "report", "--readme", "NOPE.md", "--params", str(REPO_ROOT / "params.yaml"))
+    assert done.returncode == 1 and done.stderr == ("error: --readme NOPE.md: cannot be read (No such file or "
+                                                    "directory); expected the README whose study table to rewrite, "
+                                                    "or --readme ''\n")
+
+
 def test_report_refuses_a_full_scale_run_among_the_quick_ones(repo, study_cli):
     out = repo / "reports/study"
     study_collect.collect(repo, out)
@@ -422,9 +434,13 @@ def test_report_refuses_a_full_scale_run_among_the_quick_ones(repo, study_cli):
     (lambda f: _edit_json(f / "metrics.json", tokens="sentencepiece"),
      "params.yaml: says tokens 'char', but metrics.json measured a 'sentencepiece' model"),
     (lambda f: (f / "generations.md").unlink(), "generations.md: missing; expected the samples the study links to"),
+    (lambda f: (f / "params.yaml").write_text((f / "params.yaml").read_text().replace("cell: gru", "layers_x: 1")),
+     "params.yaml: has no cell in models.alpha"),
+    (lambda f: (f / "params.yaml").write_text("- 1\n- 2\n"), "params.yaml: holds a list, not a mapping of fields"),
+    (lambda f: (f / "metrics.json").write_text("[1, 2]"), "metrics.json: holds a list, not a mapping of fields"),
 ], ids=["epochs disagree", "metrics cut short", "empty params", "another seed", "file missing", "nan", "negative",
         "inf in a curve", "nan horizon", "share above 1", "negative loss", "best disagrees", "other tokens",
-        "no samples"])
+        "no samples", "no cell", "params a list", "metrics a list"])
 def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, message, study_cli):
     out = repo / "reports/study"
     study_collect.collect(repo, out)

@@ -70,9 +70,14 @@ def _quiet_broken_pipe() -> None:
     sys.exit(128 + signal.SIGPIPE)
 
 
-def run_main(main: Callable[[], None]) -> None:
+RESUMES = "run the same command again to go on (training resumes from its last saved state)"
+"""What to do after an interrupted training: the train stage's advice (`run_main(..., again=RESUMES)`)."""
+
+
+def run_main(main: Callable[[], None], again: str = "run the same command again") -> None:
     """Call `main()`; on `RnnlmError` print one line to stderr and exit with its code (see the module
-    docstring for the full disk, interruptions and a closed pipe)."""
+    docstring for the full disk, interruptions and a closed pipe). `again`: what an interrupted run's
+    line advises."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
         main()
@@ -88,10 +93,19 @@ def run_main(main: Callable[[], None]) -> None:
         print(f"error: {no_space(error, error.filename or 'standard output')}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print("error: interrupted; run the same command again to go on (training resumes from its last saved "
-              "state)", file=sys.stderr)
+        print(f"error: interrupted; {again}", file=sys.stderr)
         sys.exit(130)
     except Terminated:
-        print("error: terminated (SIGTERM); run the same command again to go on (training resumes from its last "
-              "saved state)", file=sys.stderr)
+        print(f"error: terminated (SIGTERM); {again}", file=sys.stderr)
         sys.exit(143)
+
+
+def interrupted_while_starting(kind, value, traceback) -> None:
+    """`sys.excepthook` for a command line: Ctrl-C before `run_main` is reached (while PyTorch or
+    pandas is still being imported) ends in one line and exit status 130, not a traceback; any other
+    uncaught exception is Python's own."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.stderr.write("error: interrupted (while starting); nothing was written\n")
+        sys.stderr.flush()
+        os._exit(130)
+    sys.__excepthook__(kind, value, traceback)

@@ -60,6 +60,11 @@ def resume_files(folder: Path, prune_older_than: float | None) -> list[str]:
     return lines
 
 
+MAX_RUNS = 100
+"""`study run` queues at most this many (model, seed) runs unless --max-runs says more: nine models
+at five seeds are 45; a typo of an extra digit should not queue days of training."""
+
+
 def _selection(parser: argparse.ArgumentParser) -> None:
     """The options that say which runs: models, seeds, scale, params."""
     parser.add_argument("--models", nargs="+", help="entries of models: in params.yaml (default: all)")
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     run_parser = commands.add_parser("run", help="queue each (model, seed) not held yet (DVC's queue, or --slurm)")
     _selection(run_parser)
     run_parser.add_argument("--wait", action="store_true", help="return only when DVC's queue is empty")
+    run_parser.add_argument("--max-runs", type=int, default=MAX_RUNS,
+                            help=f"refuse to queue more (model, seed) runs than this at once (default {MAX_RUNS})")
     _slurm_options(run_parser)
     status_parser = commands.add_parser("status", help="which (model, seed) are collected, finished, running, "
                                                        "failed or missing")
@@ -135,6 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "run":
         models, seeds = _which(args)
+        asked = len(models) * len(seeds)
+        if asked > args.max_runs:
+            raise StudyError(f"--seeds {args.seeds} for {len(models)} model{'s' if len(models) > 1 else ''} asks for "
+                             f"{asked:,} runs, more than --max-runs {args.max_runs}; pass --max-runs {asked} to queue "
+                             f"them (an over-long queue: `dvc queue remove --queued` empties it)")
         if args.slurm:
             overrides = {"partition": args.partition, "time": args.time, "cpus_per_task": args.cpus_per_task,
                          "gpus": args.gpus, "mem": args.mem, "venv": args.venv, "scratch": args.scratch,

@@ -100,6 +100,8 @@ def _read(path: Path, parse) -> Any:
         raise StudyFolderError(f"{path}: does not parse ({first}); collect the run again") from None
     if value is None or (not isinstance(value, (dict, list))):
         raise StudyFolderError(f"{path}: does not parse (empty or not a table); collect the run again")
+    if path.suffix != ".tsv" and not isinstance(value, dict):
+        raise StudyFolderError(f"{path}: holds a list, not a mapping of fields; collect the run again")
     return value
 
 
@@ -115,8 +117,13 @@ def _check(run: StudyRun) -> None:
     def bad(name: str, what: str) -> StudyFolderError:
         return StudyFolderError(f"{run.folder / name}: {what}; expected the files of one run (collect it again)")
 
-    if run.params.get("model") != run.model or run.model not in run.params.get("models", {}):
+    if run.params.get("model") != run.model or run.model not in (run.params.get("models") or {}):
         raise bad("params.yaml", f"selects model {run.params.get('model')!r}, not the folder's {run.model!r}")
+    entry = run.params["models"][run.model]
+    missing = [key for key in ("tokens", "cell", "embd", "hidden", "layers") if not isinstance(entry, dict)
+               or key not in entry]
+    if missing:
+        raise bad("params.yaml", f"has no {', '.join(missing)} in models.{run.model}")
     if not run.quick and run.params.get("seed") != run.seed:
         raise bad("params.yaml", f"has seed {run.params.get('seed')!r}, not the folder's {run.seed}")
     for name, record in (("train_metrics.json", run.train), ("metrics.json", run.metrics),

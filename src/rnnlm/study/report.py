@@ -184,7 +184,12 @@ def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary
                 models: list[str], markdown: Path) -> str:
     """The README with what lies between its two markers replaced by the summary table and one
     verdict line per claim, linking to the findings in `markdown`."""
-    text = readme.read_text(encoding="utf-8")
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) else error
+        raise StudyReportError(f"--readme {readme}: cannot be read ({why}); expected the README whose study table "
+                               "to rewrite, or --readme ''") from None
     if README_BEGIN not in text or README_END not in text:
         raise StudyReportError(f"{readme}: no study table markers; expected the lines {README_BEGIN} and {README_END}")
     head, rest = text.split(README_BEGIN, 1)

@@ -83,17 +83,37 @@ class ResumeHeader:
         return (time.time() if now is None else now) - written
 
 
+HEADER_FIELDS = {"model": str, "seed": int, "key": str, "epoch": int, "epochs": int, "written": str, "sha256": str,
+                 "bytes": int}
+"""What every header holds, and of what type."""
+
+
+def _header(path: Path, line: bytes) -> dict[str, Any]:
+    """The header fields of a resume file's first line (after MAGIC), checked: a mapping with every
+    field of `HEADER_FIELDS` of its type and a `written` time that parses; else ResumeFileError."""
+    try:
+        fields = json.loads(line)
+    except ValueError as error:
+        raise ResumeFileError(f"{path}: its header does not parse ({error})") from error
+    if not isinstance(fields, dict):
+        raise ResumeFileError(f"{path}: its header is not a mapping of fields")
+    for name, kind in HEADER_FIELDS.items():
+        if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
+            raise ResumeFileError(f"{path}: its header has no {kind.__name__} under {name!r}")
+    try:
+        datetime.fromisoformat(fields["written"])
+    except ValueError:
+        raise ResumeFileError(f"{path}: its header's time {fields['written']!r} does not parse") from None
+    return fields
+
+
 def _split(path: Path) -> tuple[dict[str, Any], bytes]:
     """A resume file's header fields and its archive's bytes."""
     data = path.read_bytes()
     line_end = data.find(b"\n")
     if not data.startswith(MAGIC) or line_end < 0:
         raise ResumeFileError(f"{path}: not an rnnlm resume file")
-    try:
-        fields = json.loads(data[len(MAGIC):line_end])
-    except ValueError as error:
-        raise ResumeFileError(f"{path}: its header does not parse ({error})") from error
-    return fields, data[line_end + 1:]
+    return _header(path, data[len(MAGIC):line_end]), data[line_end + 1:]
 
 
 def read_header(path: Path) -> ResumeHeader:
@@ -102,10 +122,7 @@ def read_header(path: Path) -> ResumeHeader:
         line = f.readline(1 << 16)
     if not line.startswith(MAGIC) or not line.endswith(b"\n"):
         raise ResumeFileError(f"{path}: not an rnnlm resume file")
-    try:
-        return ResumeHeader(path, json.loads(line[len(MAGIC):]))
-    except ValueError as error:
-        raise ResumeFileError(f"{path}: its header does not parse ({error})") from error
+    return ResumeHeader(path, _header(path, line[len(MAGIC):]))
 
 
 def write_resume_file(path: Path, state: dict[str, Any], fields: dict[str, Any]) -> None:
@@ -177,6 +194,8 @@ class ResumeStore:
 
 def list_resume_files(folder: Path) -> list[ResumeHeader | ResumeFileError]:
     """Every resume file of `folder`, newest first; an unreadable one as its error."""
+    if folder.exists() and not folder.is_dir():
+        raise ResumeFileError(f"{folder}: not a folder; expected the folder of resume files")
     found: list[ResumeHeader | ResumeFileError] = []
     for path in sorted(folder.glob("*.pt")) if folder.is_dir() else []:
         try:

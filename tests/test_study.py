@@ -491,3 +491,19 @@ def test_collect_on_a_full_disk_says_so_and_keeps_the_folder_it_had(repo, monkey
         study_collect.collect(repo, out)
     assert {p: p.read_bytes() for p in (out / "alpha/seed-1337").iterdir()} == before
     assert sorted(p.name for p in (out / "alpha").iterdir()) == ["seed-1337"]  # no .partial to commit by mistake
+
+
+def test_a_params_entry_that_cannot_be_the_trained_model_is_refused(tmp_path):
+    """A run folder's params.yaml edited by hand (its GRU called an LSTM) would change runs.csv and
+    the claims that pick models by cell: the entry must be able to have the parameters the training
+    counted."""
+    from rnnlm.study.folders import StudyFolderError, load_run
+
+    folder = tmp_path / "astra_alpha/seed-1"
+    shutil.copytree(REPO_ROOT / "reports/study/astra_alpha/seed-1", folder)
+    assert load_run(folder, "astra_alpha", 1, quick=False).cell == "gru"
+    params = folder / "params.yaml"
+    params.write_text(params.read_text().replace("cell: gru", "cell: lstm", 1))
+    with pytest.raises(StudyFolderError, match="params.yaml: describes models.astra_alpha as lstm 64/128/1, which "
+                                               "cannot have the 86,913 parameters train_metrics.json counted"):
+        load_run(folder, "astra_alpha", 1, quick=False)

@@ -289,6 +289,11 @@ def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
     return MappingProxyType(models)
 
 
+def model_entry(raw: Any, path: str = "model") -> ModelParams:
+    """One entry of `models:` (as a run's own params.yaml holds it), validated into `ModelParams`."""
+    return _build(ModelParams, raw, path)
+
+
 def parse_params(raw: Any) -> Params:
     """Validate an already parsed params mapping into `Params`."""
     params = _build(Params, raw, "")

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from rnnlm.errors import RnnlmError
+from rnnlm.errors import ParamsError, RnnlmError
+from rnnlm.params import model_entry
 from rnnlm.study.collect import QUICK, leftovers, seed_folder_name
 
 
@@ -157,9 +158,37 @@ def _check(run: StudyRun) -> None:
     if run.quick == (scale == 1.0):
         raise bad("params.yaml", f"has train.steps_scale {scale:g}: a {'full-scale' if run.quick else 'quick'} run in "
                                  f"a {'quick' if run.quick else 'full-scale'} folder")
+    why = _shape_does_not_fit(run)
+    if why:
+        raise bad("params.yaml", why)
     if not (run.folder / "generations.md").is_file():
         raise StudyFolderError(f"{run.folder / 'generations.md'}: missing; expected the samples the study links to "
                                "(collect the run again)")
+
+
+def _shape_does_not_fit(run: StudyRun) -> str | None:
+    """Why the run's own params entry (cell, sizes) cannot be the model its training counted, or None.
+    A model's parameter count is affine in its vocabulary size: built twice on PyTorch's meta device
+    (no memory), at vocabularies 1 and 2, the entry gives the slope and intercept, and the count in
+    train_metrics.json must then come from a whole, positive vocabulary (for SentencePiece, the
+    tokenizer's). An entry the current code cannot read is left to the other checks."""
+    import torch
+
+    from rnnlm.models.kinds import build_model, count_parameters
+
+    try:
+        entry = model_entry(run.params["models"][run.model], f"models.{run.model}")
+    except ParamsError:
+        return None
+    with torch.device("meta"):
+        at_one = count_parameters(build_model(entry, 1))
+        slope = count_parameters(build_model(entry, 2)) - at_one
+    vocab, rest = divmod(int(run.train["parameters"]) - (at_one - slope), slope)
+    sentencepiece = (run.params.get("tokenizer") or {}).get("vocab_size") if entry.tokens == "sentencepiece" else None
+    if rest or vocab < 1 or (sentencepiece is not None and vocab != sentencepiece):
+        return (f"describes models.{run.model} as {entry.cell} {entry.embd}/{entry.hidden}/{entry.layers}, which cannot "
+                f"have the {int(run.train['parameters']):,} parameters train_metrics.json counted")
+    return None
 
 
 POSITIVE = (0.0, math.inf)

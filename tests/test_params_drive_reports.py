@@ -66,10 +66,11 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     folder.mkdir(parents=True)
     write_metrics(metrics, folder / "metrics.json")
     (folder / "train_metrics.json").write_text(json.dumps({"model": "astra_alpha", "device": "cpu", "steps": 10,
-                                                           "epochs": 1, "val_loss": 1.5, "parameters": 1000,
+                                                           "epochs": 1, "val_loss": 1.5, "parameters": 86913,
                                                            "seconds": 1.0}))
     (folder / "epochs.tsv").write_text("step\tepoch\ttrain_loss\tval_loss\n10\t1\t1.6\t1.5\n")
     shutil.copy(REPO_ROOT / "params.yaml", folder / "params.yaml")
+    (folder / "generations.md").write_text(report)
     (folder / "provenance.json").write_text(json.dumps({"model": "astra_alpha", "steps_scale": 1.0, "rev": "0" * 40}))
     runs = study_report.report(tmp_path / "study", tmp_path / "study.md", tmp_path / "study.png",
                                str(REPO_ROOT / "params.yaml"))

@@ -211,7 +211,7 @@ def _numbers(run: StudyRun):
             yield "metrics.json", f"first_epoch.{key}", v, *POSITIVE
     for mode, stats in (m.get("text") or {}).items():
         for key, v in stats.items():
-            if key.endswith("_share"):
+            if key.endswith("_share") and v is not None:  # None: a text too short to have any
                 yield "metrics.json", f"text.{mode}.{key}", v, *SHARE
     for key in ("parameters", "steps", "seconds", "val_loss", "best_val_loss"):
         if key in run.train:

@@ -325,7 +325,7 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
             headers = [read_header(p) for p in resume.glob("astra_alpha-*.pt")] if resume.is_dir() else []
             return max((h["epoch"] for h in headers), default=0)
 
-        _wait(lambda: saved_epoch() >= 2, "epoch 2 of the queued run")
+        _wait(lambda: saved_epoch() >= 2, "epoch 2 of the queued run", 600)  # beside the Slurm test on 2 cores: slow
         # The stage's python, and the shell DVC may start it through (one process or two, by the $SHELL)
         trainers = [p for p in psutil.process_iter(["cmdline", "cwd"]) if "stages/train.py" in " ".join(
             p.info["cmdline"] or []) and str(root / ".dvc/tmp/exps") in (p.info["cwd"] or "")]

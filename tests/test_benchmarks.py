@@ -258,3 +258,15 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
     sampled = sampling_speed.sampling_table(sampling_speed.sampling_records(
         sampling_speed.benchmark_sampling("softsign", config, timing.QUICK, cpu)))
     assert "| softsign | 1 | — |" in sampled
+
+
+def test_the_gpu_session_script_parses_and_uses_only_gpu_checks_options():
+    """The one-call GPU script cannot be run here; it must at least parse, and every option it passes
+    to gpu_check.py must be one gpu_check.py takes."""
+    script = REPO_ROOT / "benchmarks/gpu_session.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(line for line in script.read_text().splitlines()
+                                                           if "gpu_check.py" in line or line.startswith("    --"))))
+    help_text = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--help"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout
+    assert passed and all(option in help_text for option in passed), passed

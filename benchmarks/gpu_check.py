@@ -35,7 +35,6 @@ import io
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +52,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import timing  # noqa: E402
+from pipeline_runs import run_stages, scratch_copy  # noqa: E402
 import training_speed  # noqa: E402
 
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
@@ -119,58 +119,6 @@ def run_speed(models: list[str], repeats: int) -> dict[str, object]:
     return {"matmul_gflops": matmul, "repeats": repeats, "rows": rows, "errors": errors}
 
 
-def stage_commands(model: str) -> list[list[str]]:
-    """The pipeline's stages for `model` as dvc.yaml runs them: script and arguments."""
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-    commands = []
-    for stage in stages.values():
-        words = stage["cmd"].replace("${model}", model).split()
-        commands.append(words[words.index("python") + 1 :])
-    return commands
-
-
-def stage_pythonpath() -> str:
-    """The stages' PYTHONPATH: the scratch copy's `src` first, then whatever this process was given
-    (on a GPU machine, the folder of carried wheels that pin what its image has in other versions:
-    without it the tokenizer stage trains with the image's SentencePiece, a different tokenizer)."""
-    return os.pathsep.join(["src", *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
-def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None,
-               seed: int | None = None, threads: int | None = None) -> dict[str, object]:
-    """The pipeline's stage scripts for `model` (at `seed`, default params.yaml's), in `work` (a
-    scratch copy of the repository), each stage's CPU work on `threads` threads (default: all)."""
-    env = {**os.environ, "PYTHONPATH": stage_pythonpath(), "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    params = work / "params.yaml"
-    text = re.sub(r"(?m)^model: .*$", f"model: {model}", params.read_text(), count=1)
-    if seed is not None:
-        text = re.sub(r"(?m)^seed: .*$", f"seed: {seed}", text, count=1)
-    if steps_scale is not None:
-        text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
-    params.write_text(text)
-    seconds = {}
-    for command in stage_commands(model):
-        stage = Path(command[0]).stem
-        if stage in ("download", "prepare", "tokenizer") and (work / "data/prepared/train.txt").exists() \
-                and (work / "models/tokenizer").exists():
-            continue
-        start = time.perf_counter()
-        log.write(f"\n$ python {' '.join(command)}\n")
-        log.flush()
-        done = subprocess.run([sys.executable, *command], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              check=False)
-        seconds[stage] = time.perf_counter() - start
-        if done.returncode != 0:
-            raise RuntimeError(f"stage {stage} of {model} exited {done.returncode}")
-    train = json.loads((work / "reports/train/metrics.json").read_text())
-    metrics = json.loads((work / "reports/metrics.json").read_text())
-    return {"model": model, "stage_seconds": seconds, "train": train,
-            "stateful_bpc": metrics["stateful_bpc"], "stateless_bpc": metrics["stateless_bpc"],
-            "bigram_bpc": metrics["bigram_bpc"]}
-
-
 def profile(models: list[str]) -> str:
     """Where a training step's GPU time goes: the kernels of ours (eager) by total time, and the
     latency of one per-step product and one elementwise kernel, each replayed 200 times in a graph."""
@@ -220,14 +168,6 @@ def _graph_us(fn, repeats: int = 200) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / repeats)
     return sorted(times[1:])[2]
-
-
-def scratch_copy(into: Path) -> Path:
-    work = into / "repo"
-    for name in ("src", "stages"):
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "params.yaml", work / "params.yaml")
-    return work
 
 
 def check_pipeline(corpus: Path, log) -> dict[str, object]:
@@ -380,7 +320,8 @@ def pack(work: Path, archive: Path, folder: str, provenance: dict[str, object]) 
     partial = archive.with_name(f".{archive.name}")
     with tarfile.open(partial, "w:gz") as tar:
         for name, path in OUTPUTS.items():
-            tar.add(work / path, arcname=f"{folder}/{name}")
+            if (work / path).exists():  # the optional files (rnnlm.study.collect.OPTIONAL) may be missing
+                tar.add(work / path, arcname=f"{folder}/{name}")
         for name in ("params.yaml",):
             tar.add(work / name, arcname=f"{folder}/{name}")
         info = tarfile.TarInfo(f"{folder}/provenance.json")

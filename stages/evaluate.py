@@ -1,9 +1,10 @@
 """DVC stage `evaluate`: measure what statefulness is worth for the trained model.
 
-Usage: python stages/evaluate.py CHECKPOINT PREPARED_DIR GENERATIONS_JSON METRICS_JSON CURVE_CSV CONTEXT_CSV
+Usage: python stages/evaluate.py CHECKPOINT PREPARED_DIR GENERATIONS_JSON METRICS_JSON CURVE_CSV CONTEXT_CSV TIMING_JSON
 Writes METRICS_JSON (state-reset curve, context curve and horizon, n-gram floor, text statistics per
 mode), CURVE_CSV (the reset curve with the n-gram levels) and CONTEXT_CSV (the context curve), the
-two for `dvc plots`.
+two for `dvc plots`, and TIMING_JSON: each part's wall and CPU seconds. Below full scale
+(`train.steps_scale` < 1) it measures on part of the validation text (`rnnlm.evaluation.quick`).
 """
 
 from pathlib import Path
@@ -14,22 +15,28 @@ from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
 from rnnlm.memory import keep_freed_memory
 from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
+from rnnlm.evaluation.quick import evaluate_settings, validation_text
 from rnnlm.params import load_params
 from rnnlm.reporting.generation_record import read_generations
+from rnnlm.timing import StageClock
 
 
 def main() -> None:
+    clock = StageClock("evaluate")
     keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
-    checkpoint_path, prepared, generations_path, metrics_path, curve_path, context_path = command_args(__doc__)
+    checkpoint_path, prepared, generations_path, metrics_path, curve_path, context_path, timing = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
-    val_text = read_corpus(Path(prepared) / VAL_FILE)
+    scale = params.train.steps_scale  # a quick run measures on part of the text, with fewer context targets
+    val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), scale)
     metrics, curve, context = evaluate(checkpoint, train_text, val_text, read_generations(generations_path),
-                                       params.evaluate, params.seed, device_for(params.train))
+                                       evaluate_settings(params.evaluate, scale), params.seed, device_for(params.train),
+                                       clock)
     write_metrics(metrics, metrics_path)
     write_reset_curve(curve, metrics, curve_path)
     write_context_curve(context, context_path)
+    clock.write(timing)
     left_out = sorted(set(params.evaluate.context_lengths) - set(context.lengths))
     if left_out:
         print(f"note: context lengths {left_out} left out: the validation split has {metrics['val_tokens'] + 1} tokens")

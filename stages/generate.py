@@ -1,8 +1,9 @@
 """DVC stage `generate`: sample the trained model stateless and stateful.
 
-Usage: python stages/generate.py CHECKPOINT GENERATIONS_JSON
+Usage: python stages/generate.py CHECKPOINT GENERATIONS_JSON TIMING_JSON
 For every prompt of params `generate.prompts`, every strategy (greedy, temperature, top-k, top-p)
-and both modes, writes the samples to GENERATIONS_JSON (the `report` stage renders them).
+and both modes, writes the samples to GENERATIONS_JSON (the `report` stage renders them), and where
+its time went to TIMING_JSON.
 """
 
 
@@ -12,14 +13,18 @@ from rnnlm.device import device_for
 from rnnlm.errors import command_args, run_main
 from rnnlm.params import load_params
 from rnnlm.reporting.generation_run import run_generations
+from rnnlm.timing import StageClock
 
 
 def main() -> None:
-    checkpoint_path, json_path = command_args(__doc__)
+    clock = StageClock("generate")
+    checkpoint_path, json_path, timing = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
-    run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed, device_for(params.train))
+    with clock.part("sampling"):
+        run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed, device_for(params.train))
     write_text_atomic(json_path, run.to_json())
+    clock.write(timing)
     print(f"wrote {json_path}: {len(run.samples)} samples of {run.model}")
 
 

@@ -1,7 +1,8 @@
 """DVC stage `train`: train the model that params.yaml's `model:` selects.
 
-Usage: python stages/train.py MODEL PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR
-Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv. RESUME_DIR keeps
+Usage: python stages/train.py MODEL PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR TIMING_JSON
+Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv; TIMING_JSON, where
+this run's time went (`rnnlm.timing`: training, of which the per-epoch validation). RESUME_DIR keeps
 the run's last saved state (an epoch's end, or a block inside one) until every output is written (not
 tracked by git or DVC): $RNNLM_RESUME_DIR when set, else RESUME_DIR in the main repository, also for a
 queued experiment (`rnnlm.training.resume.resume_folder`).
@@ -13,27 +14,33 @@ from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import resolve_device
 from rnnlm.errors import RESUMES, command_args, run_main
+from rnnlm.evaluation.quick import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory
 from rnnlm.params import load_params, select_model
 from rnnlm.data.tokenizers import load_tokenizer
 from rnnlm.training.resume import resume_folder
 from rnnlm.training.train import train
 from rnnlm.reporting.training_report import write_training_report
+from rnnlm.timing import StageClock
 
 
 def main() -> None:
+    clock = StageClock("train")
     keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
-    name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir = command_args(__doc__)
+    name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir, timing = command_args(__doc__)
     params = load_params()
     entry = select_model(params, name)
     tokenizer = load_tokenizer(entry.tokens, prepared, tokenizer_dir)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
-    val_text = read_corpus(Path(prepared) / VAL_FILE)
+    val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), params.train.steps_scale)  # part of it: a quick run
     request = f"training {name} (train.batch_size {params.train.batch_size}, train.seq_len {params.train.seq_len})"
     with fits_in_memory(request, resolve_device(params.train.device)):
-        result = train(params, name, tokenizer, train_text, val_text, resume_dir=resume_folder(resume_dir))
+        with clock.part("training, per-epoch validation included"):
+            result = train(params, name, tokenizer, train_text, val_text, resume_dir=resume_folder(resume_dir),
+                           clock=clock)
     save_checkpoint(checkpoint, result.checkpoint)
     write_training_report(report_dir, name, result)
+    clock.write(timing)
     result.resume.clear()  # only now: a failure above reruns from the saved state, not from epoch 1
     print(f"wrote {checkpoint}: {name}, {result.parameters:,} parameters, {result.seconds:.0f}s on {result.device}")
 

@@ -104,7 +104,7 @@ def _train_with(root, edit_train: dict) -> subprocess.CompletedProcess:
     params.write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
         return _stage("train", root, "astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt",
-                      "reports/train", ".resume")
+                      "reports/train", ".resume", "reports/timing/train.json")
     finally:
         params.write_text(original)
 
@@ -167,14 +167,14 @@ def test_empty_or_non_utf8_corpus(tmp_path, raw_params, body, message, stage):
 def test_truncated_checkpoint(stage_dir, char_checkpoint, stage):
     cut = stage_dir / "model.pt"
     cut.write_bytes(char_checkpoint.read_bytes()[:500])
-    done = stage("generate", stage_dir, cut, stage_dir / "out.json")
+    done = stage("generate", stage_dir, cut, stage_dir / "out.json", stage_dir / "timing.json")
     assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
     assert not (stage_dir / "out.json").exists()
 
 
 def test_not_a_checkpoint(stage_dir, stage):
     (stage_dir / "model.pt").write_text("weights, honest")
-    done = stage("generate", stage_dir, stage_dir / "model.pt", stage_dir / "out.json")
+    done = stage("generate", stage_dir, stage_dir / "model.pt", stage_dir / "out.json", stage_dir / "timing.json")
     assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
 
 
@@ -187,23 +187,23 @@ def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_di
         torch.save(torch.nn.Linear(2, 2), path)
     else:
         path.write_bytes(content)
-    done = stage("generate", stage_dir, path, stage_dir / "out.json")
+    done = stage("generate", stage_dir, path, stage_dir / "out.json", stage_dir / "timing.json")
     assert done.returncode == 1 and "not an rnnlm checkpoint" in _error_line(done)
     assert "weights_only" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", ["download", "prepare", "tokenizer", "train", "generate", "evaluate", "report"])
 def test_a_stage_with_the_wrong_number_of_arguments_prints_its_usage(name, stage_dir, stage):
-    done = stage(name, stage_dir, "one", "two", "three", "four", "five", "six", "seven")
+    done = stage(name, stage_dir, "one", "two", "three", "four", "five", "six", "seven", "eight")
     assert done.returncode == 2
     assert _error_line(done).startswith(f"error: usage: python stages/{name}.py ")
-    assert "got 7)" in _error_line(done) and "Traceback" not in done.stderr
+    assert "got 8)" in _error_line(done) and "Traceback" not in done.stderr
 
 
 def test_checkpoint_of_another_model_than_the_selected_one(stage_dir, char_checkpoint, raw_params, stage):
     raw_params["model"] = "astra_beta"
     (stage_dir / "params.yaml").write_text(yaml.safe_dump(raw_params))
-    done = stage("generate", stage_dir, char_checkpoint, stage_dir / "out.json")
+    done = stage("generate", stage_dir, char_checkpoint, stage_dir / "out.json", stage_dir / "timing.json")
     assert done.returncode == 1
     assert re.search(r"a checkpoint of model 'astra_alpha', expected 'astra_beta'$", _error_line(done))
     assert not (stage_dir / "out.json").exists()

@@ -199,8 +199,9 @@ def test_gpu_check_environment_describes_the_machine_without_a_gpu():
 def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import gpu_check
+    import pipeline_runs
 
-    commands = gpu_check.stage_commands("astra_beta")
+    commands = pipeline_runs.stage_commands("astra_beta")
     assert [c[0] for c in commands] == [f"stages/{s}.py" for s in
                                         ("download", "prepare", "tokenizer", "train", "generate", "evaluate", "report")]
     assert commands[3][1] == "astra_beta"
@@ -270,3 +271,20 @@ def test_the_gpu_session_script_parses_and_uses_only_gpu_checks_options():
     help_text = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--help"], cwd=REPO_ROOT,
                                capture_output=True, text=True).stdout
     assert passed and all(option in help_text for option in passed), passed
+
+
+def test_the_stage_times_table_names_every_stage_and_part():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import stage_times
+
+    parts = {p: {"wall_s": 0.5, "cpu_s": 1.0} for p in stage_times.EVALUATE_PARTS}
+    row = {"model": "leviathan", "wall_s": 151.0,
+           "stage_s": {"train": 104.8, "generate": 11.2, "evaluate": 35.2, "report": 0.1},
+           "timing": {"train": {"parts": {"per-epoch validation": {"wall_s": 10.7, "cpu_s": 20.0}}},
+                      "evaluate": {"parts": parts}}}
+    full = {"leviathan": {"runs": 4, "train_s": 208.5, "machines": ["NVIDIA H200"], "evaluate_s": None,
+                          "evaluate_runs": 0}}
+    text = stage_times.markdown({"machine": "an Intel Xeon", "steps_scale": 0.01, "quick": [row], "full": full})
+    assert "on an Intel Xeon" in text and "(train.steps_scale 0.01)" in text
+    assert "| leviathan | 151 | 104.8 | 10.7 | 11.2 | 35.2 | 0.5 | 0.5 | 0.5 | 0.5 | 0.5 | 0.5 |" in text
+    assert "| leviathan | 4 | 208 | — | NVIDIA H200 |" in text

@@ -29,11 +29,13 @@ STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and th
     "download": (["data/raw/tinyshakespeare.txt"], "data/raw/tinyshakespeare.txt"),
     "prepare": (["data/raw/tinyshakespeare.txt", "data/prepared"], "data/prepared"),
     "tokenizer": (["data/prepared/train.txt", "models/tokenizer"], "models/tokenizer/spm.model"),
-    "train": (["astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume"],
-              "models/model.pt"),
-    "generate": (["models/model.pt", "reports/generations.json"], "reports/generations.json"),
+    "train": (["astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume",
+               "reports/timing/train.json"], "models/model.pt"),
+    "generate": (["models/model.pt", "reports/generations.json", "reports/timing/generate.json"],
+                 "reports/generations.json"),
     "evaluate": (["models/model.pt", "data/prepared", "reports/generations.json", "reports/metrics.json",
-                  "reports/plots/reset_curve.csv", "reports/plots/context_curve.csv"], "reports/metrics.json"),
+                  "reports/plots/reset_curve.csv", "reports/plots/context_curve.csv", "reports/timing/evaluate.json"],
+                 "reports/metrics.json"),
     "report": (["reports/generations.json", "reports/metrics.json", "reports/generations.md"], "reports/generations.md"),
 }
 
@@ -397,3 +399,18 @@ def test_a_killed_writers_temporary_file_is_ignored_by_git():
     name = atomic.temporary_sibling(REPO_ROOT / "reports/study.md").relative_to(REPO_ROOT)
     assert name.name.startswith(".study.md.") and name.suffix == ".tmp"
     assert subprocess.run(["git", "check-ignore", "-q", str(name)], cwd=REPO_ROOT).returncode == 0
+
+
+def test_each_stage_records_where_its_time_went(pipeline):
+    """reports/timing/<stage>.json: wall and CPU seconds of the stage and of each of its parts."""
+    parts = {"train": {"training, per-epoch validation included", "per-epoch validation"},
+             "generate": {"sampling"},
+             "evaluate": {"stateful pass", "reset curve", "context curve", "n-gram floor", "text statistics",
+                          "first epoch"}}
+    for stage, names in parts.items():
+        timing = json.loads((pipeline / f"reports/timing/{stage}.json").read_text())
+        assert timing["stage"] == stage and set(timing["parts"]) == names, timing
+        assert timing["wall_s"] > 0 and timing["cpu_s"] > 0 and timing["threads"] >= 1
+        assert sum(p["wall_s"] for n, p in timing["parts"].items() if n != "per-epoch validation") <= timing["wall_s"]
+    train = json.loads((pipeline / "reports/timing/train.json").read_text())["parts"]
+    assert 0 < train["per-epoch validation"]["wall_s"] < train["training, per-epoch validation included"]["wall_s"]

@@ -53,6 +53,9 @@ def _write_run(repo: Path, model: str, scale: float, stateful: float, seed: int 
         (repo / "reports/plots" / name).write_text("k,bpc\n1,3.7\n")
     (repo / "reports/generations.json").write_text("{}")
     (repo / "reports/generations.md").write_text(f"# Generations: {model} {stateful}\n")
+    (repo / "reports/timing").mkdir(exist_ok=True)
+    for stage in ("train", "generate", "evaluate"):
+        (repo / f"reports/timing/{stage}.json").write_text(json.dumps({"stage": stage, "wall_s": 1.0, "cpu_s": 1.5}))
 
 
 def _commit(repo: Path, message: str, date: str) -> str:

@@ -19,6 +19,7 @@ from tests.test_study import _write_run
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
+import pipeline_runs  # noqa: E402
 
 GPU_RECORD = {"date": "2026-01-05T10:00:00+00:00", "gpu": "NVIDIA H200", "torch": "2.11.0+cu130",
               "sentencepiece": "0.2.3", "runs_sharing_the_gpu": 5, "checkpoint": "left on the GPU machine",
@@ -141,6 +142,6 @@ def test_gpu_check_stages_keep_the_carried_packages_on_their_path(monkeypatch):
     """The stages must import the carried (pinned) packages the checking process imports: the GPU
     image's own SentencePiece trains another tokenizer."""
     monkeypatch.setenv("PYTHONPATH", "/tmp/site")
-    assert gpu_check.stage_pythonpath().split(":") == ["src", "/tmp/site"]
+    assert pipeline_runs.stage_pythonpath().split(":") == ["src", "/tmp/site"]
     monkeypatch.delenv("PYTHONPATH")
-    assert gpu_check.stage_pythonpath() == "src"
+    assert pipeline_runs.stage_pythonpath() == "src"

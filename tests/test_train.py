@@ -385,3 +385,22 @@ def test_each_epoch_records_the_studys_one_batch_estimator(raw_params):
         x, y = batches[epoch - 1]
         assert recorded[epoch - 1] == batch_nll(model, x[0], y[0])
     assert len(set(recorded)) == 3 and all(r != row["val_loss"] for r, row in zip(recorded, result.history.epochs))
+
+
+def test_a_quick_run_saves_its_state_on_the_clock_not_after_every_epoch(raw_params, tmp_path):
+    """Writing the whole state after each epoch took a tenth of a quick run's time: below full scale
+    the resume file is written every save_every_s only (a full run still saves every epoch)."""
+    raw_params["train"]["steps_scale"] = 0.5
+    params = tiny_params(raw_params)
+
+    def stop_after_second(epoch):
+        if epoch == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        _train(params, resume_dir=tmp_path / "hourly", on_epoch_end=stop_after_second, save_every_s=3600)
+    assert not (tmp_path / "hourly").exists() or not list((tmp_path / "hourly").iterdir())
+    with pytest.raises(Interrupted):
+        _train(params, resume_dir=tmp_path / "always", on_epoch_end=stop_after_second, save_every_s=0)
+    _, kept = read_resume_file(next((tmp_path / "always").glob("astra_alpha-*.pt")))
+    assert kept["epoch"] == 2

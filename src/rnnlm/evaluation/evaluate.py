@@ -38,6 +38,7 @@ from rnnlm.data.corpus import character_vocabulary
 from rnnlm.evaluation.ngram import NGramModel
 from rnnlm.params import EvaluateParams
 from rnnlm.reporting.generation_record import GenerationRun
+from rnnlm.timing import StageClock, part_of
 from rnnlm.evaluation.context import ContextCurve, context_curve
 from rnnlm.evaluation.scoring import (Score, bits_per_char, streamed_nll, streamed_token_nll, windowed_nll,
                                      windowed_total)
@@ -129,21 +130,30 @@ def first_epoch_scores(checkpoint: Checkpoint, ids: torch.Tensor, chars: int,
 
 
 def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
-             settings: EvaluateParams, seed: int, device: str | torch.device = "cpu",
+             settings: EvaluateParams, seed: int, device: str | torch.device = "cpu", clock: StageClock | None = None,
              ) -> tuple[dict[str, object], list[ResetPoint], ContextCurve]:
     """All the measures above for `checkpoint`, its model on `device`, the context targets drawn
-    from `seed`: the metrics dict, the reset curve and the context curve."""
+    from `seed`: the metrics dict, the reset curve and the context curve; each part timed on
+    `clock` when given."""
     tokenizer = checkpoint.tokenizer()
     model = checkpoint.build_model(device)
     train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
     chars = predicted_chars(tokenizer, val_text, val_ids)
     ids = torch.tensor(val_ids, dtype=torch.long)
-    carried = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
-    curve = reset_curve(model, ids, list(settings.reset_every), chars, carried)
-    token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])
-    context = context_curve(model, ids, carried, token_chars, list(settings.context_lengths), settings.context_targets,
-                            seed, settings.horizon_tolerance)
-    floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
+    with part_of(clock, "stateful pass"):
+        carried = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
+    with part_of(clock, "reset curve"):
+        curve = reset_curve(model, ids, list(settings.reset_every), chars, carried)
+    with part_of(clock, "context curve"):
+        token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])
+        context = context_curve(model, ids, carried, token_chars, list(settings.context_lengths),
+                                settings.context_targets, seed, settings.horizon_tolerance)
+    with part_of(clock, "n-gram floor"):
+        floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
+    with part_of(clock, "text statistics"):
+        text = generation_statistics(generations, train_text, val_text, settings)
+    with part_of(clock, "first epoch"):
+        first_epoch = first_epoch_scores(checkpoint, ids, chars, device)
     stateless = next((p for p in curve if p.k == 1), None)  # absent if reset_every leaves out 1
     metrics = {
         "model": checkpoint.model_name,
@@ -158,8 +168,8 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
         "reset_curve_nats_per_token": {p.label: p.score.mean for p in curve},
         **context.as_metrics(),
         "ngram_bpc": {ORDER_NAMES.get(order, f"{order}gram"): bpc for order, bpc in floor.items()},
-        "text": generation_statistics(generations, train_text, val_text, settings),
-        "first_epoch": first_epoch_scores(checkpoint, ids, chars, device),
+        "text": text,
+        "first_epoch": first_epoch,
     }
     return metrics, curve, context
 

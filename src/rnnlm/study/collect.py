@@ -59,8 +59,14 @@ FOLDER = {
     "context_curve.csv": "reports/plots/context_curve.csv",
     "generations.json": "reports/generations.json",
     "generations.md": "reports/generations.md",
+    "timing_train.json": "reports/timing/train.json",
+    "timing_generate.json": "reports/timing/generate.json",
+    "timing_evaluate.json": "reports/timing/evaluate.json",
 }
 """A study folder's files: name in reports/study/<model>/ -> path in the run's commit."""
+
+OPTIONAL = frozenset({"context_curve.csv", "timing_train.json", "timing_generate.json", "timing_evaluate.json"})
+"""Files of runs made since they existed: the context curve, where each stage's time went."""
 
 QUICK = "quick"
 """The subfolder of reports/study/ that holds runs at a reduced train.steps_scale."""
@@ -233,7 +239,7 @@ def _machines(train: dict) -> dict[str, object]:
     return {"machines": train["machines"]} if train.get("machines") else {}
 
 
-REQUIRED = frozenset(FOLDER) - {"context_curve.csv"}  # runs evaluated before the context curve lack it
+REQUIRED = frozenset(FOLDER) - OPTIONAL
 """The files every study folder has (where its provenance does not list its own)."""
 
 
@@ -317,8 +323,7 @@ def write_folder(files: dict[str, str], provenance_record: dict[str, object], fo
 
 
 def run_files(repo: Path, run: Run) -> dict[str, str]:
-    """The study folder's files of `run`, read from its commit (runs evaluated before the context
-    curve existed have no context_curve.csv)."""
+    """The study folder's files of `run`, read from its commit (older runs lack the `OPTIONAL` ones)."""
     files = {name: _show(repo, run.rev, path) for name, path in FOLDER.items()}
     return {name: text for name, text in files.items() if text is not None}
 

@@ -49,6 +49,7 @@ from rnnlm.models.config import config_from_params
 from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict
 from rnnlm.data.tokenizers import Tokenizer
+from rnnlm.timing import StageClock, part_of
 from rnnlm.training.resume import ResumeStore
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
@@ -213,11 +214,12 @@ def train(
     on_epoch_end: Callable[[int], None] | None = None,
     progress: bool = True,
     save_every_s: float = SAVE_EVERY_S,
+    clock: StageClock | None = None,
 ) -> TrainResult:
     """Train the entry `name` of `params.models`; see the module docstring for the recipe and for
     when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch). The file is
     left in place: the caller removes it (`result.resume.clear()`) once it has written every output,
-    so a failure while writing them loses no training."""
+    so a failure while writing them loses no training. `clock`: times the per-epoch validation."""
     entry, settings = params.models[name], params.train
     device = device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
@@ -292,9 +294,10 @@ def train(
                 last_save = time.perf_counter()
         bar.close()
         scheduler.step()
-        val = windowed_nll(model, val_ids, settings.seq_len)
-        val_x, val_y = val_batches.batches(1)  # (1, B, T)
-        val_batch = batch_nll(model, val_x[0].to(device), val_y[0].to(device))
+        with part_of(clock, "per-epoch validation"):
+            val = windowed_nll(model, val_ids, settings.seq_len)
+            val_x, val_y = val_batches.batches(1)  # (1, B, T)
+            val_batch = batch_nll(model, val_x[0].to(device), val_y[0].to(device))
         epoch_seconds = time.perf_counter() - epoch_start
         seconds += epoch_seconds
         history.epochs.append({"step": len(history.steps), "epoch": epoch, "train_loss": statistics.fmean(losses),
@@ -302,8 +305,12 @@ def train(
                                "val_batch_loss": val_batch})
         if epoch == 1:
             run.keep_first_epoch()
-        store.save(run.snapshot(epoch, history, seconds), entry.epochs)
-        last_save = time.perf_counter()
+        # A full run saves after every epoch; a quick one (seconds an epoch) as inside an epoch, every
+        # `save_every_s`: writing its whole state each epoch took a tenth of its time.
+        if settings.steps_scale >= 1 or time.perf_counter() - last_save >= save_every_s:
+            with part_of(clock, "resume file"):
+                store.save(run.snapshot(epoch, history, seconds), entry.epochs)
+            last_save = time.perf_counter()
         # After the save: a line in the log means the epoch is done and kept.
         print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
               f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)

@@ -1,0 +1,84 @@
+"""The pipeline's stage scripts run without DVC, in a scratch copy of the repository: what the
+benchmarks use where DVC is not at hand (a lent GPU machine) or would add its own time.
+
+- `scratch_copy(into)`: src/, stages/ and params.yaml copied into `into/repo`.
+- `stage_commands(model)`: each stage's script and arguments, as dvc.yaml writes them.
+- `run_stages(model, corpus, work, log, ...)`: every stage for `model` in `work` (the data stages
+  once), with a steps scale, a seed and a thread count of one's choosing; its figures and each
+  stage's seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stage_commands(model: str) -> list[list[str]]:
+    """The pipeline's stages for `model` as dvc.yaml runs them: script and arguments."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    commands = []
+    for stage in stages.values():
+        words = stage["cmd"].replace("${model}", model).split()
+        commands.append(words[words.index("python") + 1 :])
+    return commands
+
+
+def stage_pythonpath() -> str:
+    """The stages' PYTHONPATH: the scratch copy's `src` first, then whatever this process was given
+    (on a GPU machine, the folder of carried wheels that pin what its image has in other versions:
+    without it the tokenizer stage trains with the image's SentencePiece, a different tokenizer)."""
+    return os.pathsep.join(["src", *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | None = None,
+               seed: int | None = None, threads: int | None = None) -> dict[str, object]:
+    """The pipeline's stage scripts for `model` (at `seed`, default params.yaml's), in `work` (a
+    scratch copy of the repository), each stage's CPU work on `threads` threads (default: all)."""
+    env = {**os.environ, "PYTHONPATH": stage_pythonpath(), "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    params = work / "params.yaml"
+    text = re.sub(r"(?m)^model: .*$", f"model: {model}", params.read_text(), count=1)
+    if seed is not None:
+        text = re.sub(r"(?m)^seed: .*$", f"seed: {seed}", text, count=1)
+    if steps_scale is not None:
+        text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
+    params.write_text(text)
+    seconds = {}
+    for command in stage_commands(model):
+        stage = Path(command[0]).stem
+        if stage in ("download", "prepare", "tokenizer") and (work / "data/prepared/train.txt").exists() \
+                and (work / "models/tokenizer").exists():
+            continue
+        start = time.perf_counter()
+        log.write(f"\n$ python {' '.join(command)}\n")
+        log.flush()
+        done = subprocess.run([sys.executable, *command], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              check=False)
+        seconds[stage] = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(f"stage {stage} of {model} exited {done.returncode}")
+    train = json.loads((work / "reports/train/metrics.json").read_text())
+    metrics = json.loads((work / "reports/metrics.json").read_text())
+    return {"model": model, "stage_seconds": seconds, "train": train,
+            "stateful_bpc": metrics["stateful_bpc"], "stateless_bpc": metrics["stateless_bpc"],
+            "bigram_bpc": metrics["bigram_bpc"]}
+
+
+def scratch_copy(into: Path) -> Path:
+    work = into / "repo"
+    for name in ("src", "stages"):
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "params.yaml", work / "params.yaml")
+    return work

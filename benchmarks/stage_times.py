@@ -1,0 +1,121 @@
+"""Where a run's time goes, per model: each stage's wall seconds and the parts of train and evaluate.
+
+    PYTHONPATH=src python benchmarks/stage_times.py --corpus PATH/tinyshakespeare.txt \
+        --markdown reports/speed/stage-times-NAME.md --json reports/speed/stage-times-NAME.json
+
+runs every model of params.yaml (`--models` picks some) at `--steps-scale` (default 0.01: the
+README's quick run) through the pipeline's stage scripts in one scratch copy (the data stages once,
+as in a repository where they are done), and reads the timing file each stage writes
+(`rnnlm.timing`: reports/timing/<stage>.json). Beside it, the full-scale figures the study holds:
+the median training seconds of each model's collected runs and, for runs collected with timing
+files, their evaluate stage. Run it on an idle machine: a second busy process changes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import timing  # noqa: E402
+from pipeline_runs import run_stages, scratch_copy  # noqa: E402
+
+from rnnlm.atomic import write_text_atomic  # noqa: E402
+from rnnlm.params import load_params  # noqa: E402
+from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
+
+EVALUATE_PARTS = ("stateful pass", "reset curve", "context curve", "n-gram floor", "text statistics", "first epoch")
+
+
+def quick_runs(models: list[str], corpus: Path, steps_scale: float, log) -> list[dict[str, object]]:
+    """Each model through the stages at `steps_scale`; per model each stage's seconds and parts."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = scratch_copy(Path(tmp))
+        for model in models:
+            result = run_stages(model, corpus, work, log, steps_scale)
+            timings = {stage: json.loads((work / f"reports/timing/{stage}.json").read_text())
+                       for stage in ("train", "generate", "evaluate")}
+            stages = result["stage_seconds"]
+            run_s = sum(stages[s] for s in ("train", "generate", "evaluate", "report"))  # data stages done once
+            rows.append({"model": model, "wall_s": run_s, "stage_s": stages, "timing": timings})
+            print(f"  {model}: {rows[-1]['wall_s']:.0f} s", flush=True)
+    return rows
+
+
+def full_scale(study: Path, models: list[str]) -> dict[str, dict[str, object]]:
+    """Per model, from the study's folders: the median training seconds and machines of its runs, and
+    the median evaluate seconds of those collected with timing files."""
+    found = {}
+    for model in models:
+        folders = sorted((study / model).glob("seed-*"))
+        trains = [json.loads((f / "train_metrics.json").read_text()) for f in folders]
+        evaluates = [json.loads((f / "timing_evaluate.json").read_text())["wall_s"] for f in folders
+                     if (f / "timing_evaluate.json").is_file()]
+        if trains:
+            found[model] = {"runs": len(trains), "train_s": statistics.median(t["seconds"] for t in trains),
+                            "machines": sorted({t.get("processor") or t.get("device", "?") for t in trains}),
+                            "evaluate_s": statistics.median(evaluates) if evaluates else None,
+                            "evaluate_runs": len(evaluates)}
+    return found
+
+
+def markdown(report: dict[str, object]) -> str:
+    scale = report["steps_scale"]
+    lines = ["# Stage times per model", "", f"Written by `benchmarks/stage_times.py` on {report['machine']}.", "",
+             f"## Quick runs (train.steps_scale {scale:g}), seconds of wall time", "",
+             "Each stage as the pipeline runs it (one process each, imports included); train's per-epoch validation "
+             "and evaluate's parts from the stage's own timing file.", "",
+             *table_head(["model", "total", "train", "of which validation", "generate", "evaluate",
+                          *EVALUATE_PARTS], "l" + "r" * (5 + len(EVALUATE_PARTS)))]
+    for row in report["quick"]:
+        stage, parts = row["stage_s"], row["timing"]["evaluate"]["parts"]
+        validation = row["timing"]["train"]["parts"].get("per-epoch validation", {}).get("wall_s", 0.0)
+        lines.append(table_row([row["model"], f"{row['wall_s']:.0f}", f"{stage['train']:.1f}", f"{validation:.1f}",
+                                f"{stage['generate']:.1f}", f"{stage['evaluate']:.1f}",
+                                *(f"{parts.get(p, {}).get('wall_s', 0.0):.1f}" for p in EVALUATE_PARTS)]))
+    lines += ["", "## Full scale, from the study's runs (their machines differ; medians)", "",
+              *table_head(["model", "runs", "training s", "evaluate s (runs with a timing file)", "trained on"],
+                          "lrrrl")]
+    for model, full in report["full"].items():
+        evaluate = "—" if full["evaluate_s"] is None else f"{full['evaluate_s']:,.0f} ({full['evaluate_runs']})"
+        lines.append(table_row([model, str(full["runs"]), f"{full['train_s']:,.0f}", evaluate,
+                                "; ".join(full["machines"])]))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
+    parser.add_argument("--models", nargs="+", help="entries of params.yaml (default: all)")
+    parser.add_argument("--steps-scale", type=float, default=0.01)
+    parser.add_argument("--markdown", type=Path, help="write the table here")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--log", type=Path, default=Path("/tmp/stage_times.log"), help="the stages' output")
+    args = parser.parse_args()
+    if not args.corpus.is_file():
+        sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
+    models = args.models or list(load_params(REPO / "params.yaml").models)
+    with open(args.log, "w") as log:
+        quick = quick_runs(models, args.corpus.resolve(), args.steps_scale, log)
+    report = {"machine": timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=True)),
+              "steps_scale": args.steps_scale, "quick": quick, "full": full_scale(REPO / "reports/study", models)}
+    text = markdown(report)
+    print(text)
+    if args.markdown:
+        write_text_atomic(args.markdown, text)
+    if args.json:
+        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""A quick run measures in proportion: the one rule that scales evaluation with `train.steps_scale`.
+
+In:  the validation text, the evaluate settings and `train.steps_scale`.
+Out: what a run at that scale measures on. At full scale (steps_scale ≥ 1) everything is unchanged.
+Below it, with s = steps_scale:
+
+- the validation text (per-epoch validation in training, and every measure of the evaluate stage)
+  is its first s-th part, never less than `MIN_VALIDATION_CHARS` characters (nor more than the whole);
+- training saves its resume file every `save_every_s`, not after every epoch (`rnnlm.training.train`);
+- the context curve scores s of `evaluate.context_targets` targets, never fewer than `MIN_TARGETS`
+  (its lengths beyond the shorter text are left out, as for any short text).
+
+A quick run (`dvc exp run -S train.steps_scale=0.01`) is a smoke test of the whole pipeline at the
+cost of its training, not a measurement: its figures come from a fraction of the validation text, it
+is collected apart (reports/study/quick/) and never enters the study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from rnnlm.params import EvaluateParams
+
+MIN_VALIDATION_CHARS = 2048
+"""At least 16 windows of 128 characters: a loss that is not all noise, at a cost a quick run can pay."""
+
+MIN_TARGETS = 50
+"""At least this many context targets: each point of the curve still moves."""
+
+
+def quick(steps_scale: float) -> bool:
+    """Whether a run at `steps_scale` is a quick one (below full scale)."""
+    return steps_scale < 1
+
+
+def validation_text(val_text: str, steps_scale: float) -> str:
+    """The validation text a run at `steps_scale` measures on (the whole at full scale)."""
+    if not quick(steps_scale):
+        return val_text
+    return val_text[: max(MIN_VALIDATION_CHARS, math.ceil(steps_scale * len(val_text)))]
+
+
+def evaluate_settings(settings: EvaluateParams, steps_scale: float) -> EvaluateParams:
+    """The evaluate settings of a run at `steps_scale` (the same at full scale)."""
+    if not quick(steps_scale):
+        return settings
+    targets = min(settings.context_targets, max(MIN_TARGETS, round(steps_scale * settings.context_targets)))
+    return dataclasses.replace(settings, context_targets=targets)

@@ -1,0 +1,30 @@
+"""A quick run (train.steps_scale below 1) measures on a part of the validation text in proportion;
+a full-scale run measures exactly as before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rnnlm.evaluation.quick import MIN_TARGETS, MIN_VALIDATION_CHARS, evaluate_settings, validation_text
+from rnnlm.params import parse_params
+
+
+def test_full_scale_measures_everything(raw_params):
+    settings = parse_params(raw_params).evaluate
+    text = "x" * 111_539
+    for scale in (1.0, 2.0):
+        assert validation_text(text, scale) is text and evaluate_settings(settings, scale) is settings
+
+
+def test_a_quick_run_measures_its_share_and_never_too_little(raw_params):
+    settings = parse_params(raw_params).evaluate
+    text = "".join(chr(65 + i % 26) for i in range(111_539))
+    assert validation_text(text, 0.1) == text[:11_154]  # the first tenth, rounded up
+    assert validation_text(text, 0.01) == text[:MIN_VALIDATION_CHARS]  # 1,116 would be too few
+    assert validation_text(text, 0.02) == text[:2231]
+    assert validation_text(text[:1000], 0.01) == text[:1000]  # never more than there is
+    assert evaluate_settings(settings, 0.1).context_targets == round(0.1 * settings.context_targets)
+    assert evaluate_settings(settings, 0.01).context_targets == MIN_TARGETS
+    few = dataclasses.replace(settings, context_targets=20)
+    assert evaluate_settings(few, 0.01).context_targets == 20  # never more than the full run's
+    assert dataclasses.replace(evaluate_settings(settings, 0.01), context_targets=settings.context_targets) == settings

@@ -22,6 +22,8 @@ PARAMS = load_params(REPO_ROOT / "params.yaml")
 EXACT_COUNTS = {
     "astra_alpha": 86_913,
     "astra_beta": 715_713,
+    "astra_alpha_carried": 86_913,  # the same models, trained with the state carried
+    "astra_beta_carried": 715_713,
     "astra_gamma": 4_383_041,
     "scribe_alpha": 1_075_688,
     "scribe_beta": 5_102_056,

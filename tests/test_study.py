@@ -346,10 +346,11 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
         study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):
         study_command.main(["run", "--seeds", "0", "--params", str(REPO_ROOT / "params.yaml")])
-    with pytest.raises(RnnlmError, match=r"--seeds 100000 for 9 models asks for 900,000 runs, more than --max-runs "
-                                         r"100; pass --max-runs 900000 to queue them \(an over-long queue: `dvc queue "
+    with pytest.raises(RnnlmError, match=r"--seeds 100000 for 2 models asks for 200,000 runs, more than --max-runs "
+                                         r"100; pass --max-runs 200000 to queue them \(an over-long queue: `dvc queue "
                                          r"remove --queued` empties it\)"):
-        study_command.main(["run", "--seeds", "100000", "--params", str(REPO_ROOT / "params.yaml")])
+        study_command.main(["run", "--models", "astra_alpha", "leviathan", "--seeds", "100000", "--params",
+                            str(REPO_ROOT / "params.yaml")])
     assert calls == []
 
 

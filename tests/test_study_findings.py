@@ -31,7 +31,7 @@ def seeds(mean: float, spread: float, n: int = 5) -> list[float]:
 
 
 def frame_of(models: dict[str, dict[str, list[float]]], tokens: dict[str, str] | None = None,
-             cells: dict[str, str] | None = None) -> pd.DataFrame:
+             cells: dict[str, str] | None = None, training: dict[str, str] | None = None) -> pd.DataFrame:
     """A table of runs as `runs_frame` gives it: per model, each figure's value per seed (figures not
     given: a plausible constant)."""
     rows = []
@@ -44,7 +44,8 @@ def frame_of(models: dict[str, dict[str, list[float]]], tokens: dict[str, str] |
                         "characters_per_epoch": 1.6e6, "first_epoch_stateful_bpc": math.nan})
             row.update({name: values[k] for name, values in figures.items()})
             rows.append({"model": model, "seed": k + 1, "tokens": (tokens or {}).get(model, "char"),
-                         "cell": (cells or {}).get(model, "gru"), "machine": "cpu: Test", "gemm": "mkl",
+                         "cell": (cells or {}).get(model, "gru"), "training": (training or {}).get(model, "reset"),
+                         "machine": "cpu: Test", "gemm": "mkl",
                          "source": "test", **row})
     return pd.DataFrame(rows)
 
@@ -310,7 +311,7 @@ def test_every_finding_prints_its_question_rule_p_and_holm_verdict():
 def test_every_claim_is_numbered_by_its_place_and_states_its_rule():
     found = sf.findings(_astra((1.35, 1.53), 0.005), NO_EPOCHS, {"astra_alpha": SHAPES["alpha"],
                                                                   "astra_beta": SHAPES["beta"]})
-    assert [f.number for f in found] == [1, 2, 3, 4, 5, 6] and [f.claim for f in found] == sf.CLAIMS
+    assert [f.number for f in found] == [1, 2, 3, 4, 5, 6, 7] and [f.claim for f in found] == sf.CLAIMS
     assert all(c.question.endswith("?") and c.rule and c.why for c in sf.CLAIMS)
 
 
@@ -326,3 +327,21 @@ def test_the_transcribed_logs_are_the_study_notebooks():
     ours = sf.study_logs()
     assert list(ours.itertuples(index=False, name=None)) == logged
     assert ours.groupby("model").size().to_dict() == {"astra_alpha": 10, "astra_beta": 15, "astra_gamma": 17}
+
+
+@pytest.mark.parametrize("carried, verdict", [
+    ((2.35, 1.45), st.SUPPORTED),        # 0.05 lower with the state, 0.10 more lost without it
+    ((2.45, 1.30), st.CONTRADICTED),     # worse with the state, less lost without it
+    ((2.38, 1.40), "inconclusive at n = 5"),  # both differences right at their margins
+], ids=["carried gains", "carried loses", "within the margins"])
+def test_claim_7_sets_each_carried_model_against_its_reset_twin(carried, verdict):
+    stateful, gap = carried
+    frame = frame_of({"astra_alpha": {"stateful_bpc": seeds(2.40, 0.005), "gap_bpc": seeds(1.35, 0.006)},
+                      "astra_alpha_carried": {"stateful_bpc": seeds(stateful, 0.005), "gap_bpc": seeds(gap, 0.006)}},
+                     training={"astra_alpha_carried": "carried"})
+    finding = claim(7, frame, shapes={"astra_alpha": SHAPES["alpha"], "astra_alpha_carried": SHAPES["alpha"]})
+    assert [c.label for c in finding.comparisons] == [
+        "stateful: astra_alpha − astra_alpha_carried (bits/char)", "gap: astra_alpha_carried − astra_alpha (bits/char)"]
+    assert finding.verdict == verdict
+    alone = claim(7, frame_of({"astra_alpha": {"stateful_bpc": seeds(2.40, 0.005)}}))
+    assert alone.verdict == st.NOT_MEASURED and "No model trained with the state carried" in alone.judged.insight

@@ -27,9 +27,13 @@ from rnnlm.models.config import WINDOW_MLP
 # Field specifications: the Python type a value must have, a predicate, and the words for it.
 
 
-def _spec(kind: type, expected: str | Callable[[], str], ok: Callable[[Any], bool] = lambda value: True, **default: Any) -> Any:
-    """A field; with `default=...` it may be left out of params.yaml."""
-    return field(metadata={"kind": kind, "expected": expected, "ok": ok}, **default)
+def _spec(kind: type, expected: str | Callable[[], str], ok: Callable[[Any], bool] = lambda value: True,
+          omitted_at_default: bool = False, **default: Any) -> Any:
+    """A field; with `default=...` it may be left out of params.yaml. `omitted_at_default`: a setting
+    added after runs were made, left out of `as_dict` (checkpoints, run fingerprints) while it holds
+    its default, so those runs' bytes and resume files stay what they were."""
+    return field(metadata={"kind": kind, "expected": expected, "ok": ok, "omitted_at_default": omitted_at_default},
+                 **default)
 
 
 def positive_int() -> Any:
@@ -135,6 +139,22 @@ class TrainParams:
     # CUDA only: each training step replayed as one captured CUDA graph; TF32 matrix products.
     cuda_graph: bool = _spec(bool, "true or false", default=True)
     allow_tf32: bool = _spec(bool, "true or false", default=False)
+    # reset: random windows, each from a zero state (the study's recipe). carried: the split cut into
+    # batch_size contiguous streams read window after window in order, the state carried (detached)
+    # from one window into the next and reset at each epoch's start (rnnlm.training.train).
+    state: str = _spec(str, "one of 'reset', 'carried'", lambda v: v in TRAIN_STATES, default="reset",
+                       omitted_at_default=True)
+
+
+TRAIN_STATES = ("reset", "carried")
+
+
+@dataclass(frozen=True)
+class ModelTraining:
+    """What a model entry overrides of the shared `train:` settings (nothing by default)."""
+
+    state: str | None = _spec(str, "one of 'reset', 'carried'", lambda v: v in TRAIN_STATES, default=None,
+                              omitted_at_default=True)
 
 
 @dataclass(frozen=True)
@@ -155,6 +175,8 @@ class ModelParams:
     lr: float = positive_float()
     # Only for `cell: mlp`, the fixed-window model: how many tokens it sees (the last one included).
     window: int = _spec(int, "a non-negative integer", lambda v: v >= 0, default=0)
+    # This entry's own training settings over `train:` (`train: {state: carried}`); none by default.
+    train: ModelTraining = field(default=ModelTraining(), metadata={"omitted_at_default": True})
 
 
 @dataclass(frozen=True)
@@ -286,7 +308,16 @@ def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
         if model.cell != WINDOW_MLP and model.window != 0:
             raise ParamsError(f"{path}.{name}.window: only cell {WINDOW_MLP!r} has a window; remove it for cell "
                               f"{model.cell!r}")
+        if model.cell == WINDOW_MLP and model.train.state == "carried":
+            raise ParamsError(f"{path}.{name}.train.state: 'carried' needs a recurrent cell; cell {WINDOW_MLP!r} "
+                              f"has no state to carry")
     return MappingProxyType(models)
+
+
+def training_settings(params: Params, name: str) -> TrainParams:
+    """The `train:` settings of model `name`: the shared ones with its entry's own over them."""
+    own = {key: value for key, value in as_dict(params.models[name].train).items() if value is not None}
+    return dataclasses.replace(params.train, **own)
 
 
 def model_entry(raw: Any, path: str = "model") -> ModelParams:
@@ -322,9 +353,11 @@ def select_model(params: Params, name: str) -> ModelParams:
 
 
 def as_dict(params: Any) -> Any:
-    """A plain-dict copy of a params tree (for checkpoints and reports)."""
+    """A plain-dict copy of a params tree (for checkpoints and reports), without the settings marked
+    `omitted_at_default` that hold their default."""
     if dataclasses.is_dataclass(params):
-        return {f.name: as_dict(getattr(params, f.name)) for f in dataclasses.fields(params)}
+        return {f.name: as_dict(getattr(params, f.name)) for f in dataclasses.fields(params)
+                if not (f.metadata.get("omitted_at_default") and getattr(params, f.name) == f.default)}
     if isinstance(params, Mapping):
         return {k: as_dict(v) for k, v in params.items()}
     if isinstance(params, tuple):

@@ -56,3 +56,9 @@ def to_lists(state: ModelState | None) -> list[list[Tensor]]:
 def from_lists(lists) -> ModelState:
     """The inverse of `to_lists` for a state that is not None."""
     return tuple(from_entries(layer) for layer in lists)
+
+
+def detached(state: ModelState) -> ModelState:
+    """The same state cut from the graph that made it: what a window hands the next when the state
+    is carried through training (the gradient stops at the window's start)."""
+    return tuple(from_entries(t.detach() for t in entries(layer)) for layer in state)

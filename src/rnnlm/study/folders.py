@@ -57,6 +57,13 @@ class StudyRun:
         return self.entry["tokens"]
 
     @property
+    def training(self) -> str:
+        """How the state went through training: "reset" (every window from zeros, the study's recipe)
+        or "carried" (`train.state`, the entry's own over the shared one; runs before it: reset)."""
+        own = (self.entry.get("train") or {}).get("state")
+        return own or (self.params.get("train") or {}).get("state") or "reset"
+
+    @property
     def shape(self) -> tuple:
         """The recurrent stack's sizes (cell, embedding, hidden, layers), to match the two tokenizations."""
         return self.entry["cell"], self.entry["embd"], self.entry["hidden"], self.entry["layers"]

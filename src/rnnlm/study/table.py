@@ -48,6 +48,12 @@ def _token_gap(run: StudyRun) -> float:
     return nats["1"] - nats["never"] if "1" in nats and "never" in nats else math.nan
 
 
+def _context(run: StudyRun, tokens: int) -> float:
+    """Bits per character of the context curve's targets predicted from `tokens` tokens of context."""
+    value = (run.metrics.get("context_curve_bpc") or {}).get(str(tokens))
+    return math.nan if value is None else float(value)
+
+
 def _horizon(run: StudyRun) -> float:
     value = run.metrics.get("context_horizon")
     return math.nan if value is None else float(value)
@@ -109,6 +115,8 @@ FIGURES: dict[str, Figure] = {
                                          else math.nan), ".2f"),
     "context_horizon": Figure(_horizon, ".0f"),
     "log2_context_horizon": Figure(lambda r: math.log2(_horizon(r)) if _horizon(r) > 0 else math.nan),
+    "context_256_bpc": Figure(lambda r: _context(r, 256)),
+    "context_1024_bpc": Figure(lambda r: _context(r, 1024)),
     "first_epoch_stateful_bpc": Figure(lambda r: _first_epoch(r, "stateful_bpc")),
     "first_epoch_stateless_bpc": Figure(lambda r: _first_epoch(r, "stateless_bpc")),
     "known_words_stateless": Figure(lambda r: _text(r, "stateless", "known_word_share"), ".2f"),
@@ -132,9 +140,11 @@ def runs_frame(runs: list[StudyRun]) -> pd.DataFrame:
     rows = []
     for run in (r for r in runs if not r.quick):
         rows.append({"model": run.model, "seed": run.seed, "tokens": run.tokens, "cell": run.cell,
+                     "training": run.training,
                      "machine": run.where(), "gemm": run.train.get("gemm") or "", "source": run.source(),
                      **run_figures(run)})
-    return pd.DataFrame(rows, columns=["model", "seed", "tokens", "cell", "machine", "gemm", "source", *FIGURES])
+    return pd.DataFrame(rows, columns=["model", "seed", "tokens", "cell", "training", "machine", "gemm", "source",
+                                       *FIGURES])
 
 
 def epochs_frame(runs: list[StudyRun]) -> pd.DataFrame:

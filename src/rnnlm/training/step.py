@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rnnlm.errors import RnnlmError
+from rnnlm.models.state import ModelState, detached
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: torch.device,
@@ -48,13 +49,22 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: tor
 
 
 class EagerStep:
-    """forward, cross-entropy, backward, clipping, update: x, y (B, T) -> loss (0-d, on the device)."""
+    """forward, cross-entropy, backward, clipping, update: x, y (B, T) -> loss (0-d, on the device).
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float):
-        self.model, self.optimizer, self.grad_clip = model, optimizer, grad_clip
+    With `carry`, each call starts from the state the previous call ended in, detached (`state`;
+    None, zeros, after `reset_state`): the `train.state: carried` recipe."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float, carry: bool = False):
+        self.model, self.optimizer, self.grad_clip, self.carry = model, optimizer, grad_clip, carry
+        self.state: ModelState | None = None
+
+    def reset_state(self) -> None:
+        self.state = None
 
     def __call__(self, x: Tensor, y: Tensor) -> Tensor:
-        logits, _ = self.model(x)  # (B, T, V)
+        logits, state = self.model(x, self.state) if self.carry else self.model(x)  # (B, T, V)
+        if self.carry:
+            self.state = detached(state)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -103,11 +113,12 @@ class GraphStep:
 
 
 def make_training_step(model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float,
-                       device: torch.device, graph: bool) -> EagerStep | GraphStep:
-    """A `GraphStep` when `graph` and on CUDA, else an `EagerStep`."""
-    if graph and device.type == "cuda":
+                       device: torch.device, graph: bool, carry: bool = False) -> EagerStep | GraphStep:
+    """A `GraphStep` when `graph` and on CUDA, else an `EagerStep`; one that carries its state from
+    call to call (always eager: the graph holds no state between replays) with `carry`."""
+    if graph and device.type == "cuda" and not carry:
         return GraphStep(model, optimizer, grad_clip)
-    return EagerStep(model, optimizer, grad_clip)
+    return EagerStep(model, optimizer, grad_clip, carry)
 
 
 class NonFiniteLoss(RnnlmError):

@@ -45,13 +45,14 @@ from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.device import device_for
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.scoring import batch_nll, windowed_nll
-from rnnlm.models.config import config_from_params
+from rnnlm.models.config import WINDOW_MLP, config_from_params
+from rnnlm.models.state import from_lists, to_lists
 from rnnlm.models.kinds import build_model, count_parameters
-from rnnlm.params import Params, as_dict
+from rnnlm.params import Params, as_dict, training_settings
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.timing import StageClock, part_of
 from rnnlm.training.resume import ResumeStore
-from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer, make_training_step
+from rnnlm.training.step import EagerStep, GraphStep, LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
 
 SAVE_EVERY_S = 600.0  # inside an epoch: a large model's CPU epoch is long, and each save writes the whole run state
@@ -86,6 +87,33 @@ class WindowSampler:
         return chunk[..., :-1], chunk[..., 1:]
 
 
+class StreamSampler:
+    """The `train.state: carried` recipe's batches: the token sequence cut into `batch_size`
+    contiguous streams, row b of each batch the next window of `seq_len` tokens of stream b, read in
+    order; after the last whole window the streams start again from their beginning (`fresh`: the
+    state must be reset there). Where a run starts in the streams is drawn from its seed."""
+
+    def __init__(self, tokens: Tensor, batch_size: int, seq_len: int, seed: int):
+        length = tokens.numel() // batch_size
+        if length < seq_len + 1:
+            raise TrainingError(f"the training split has {tokens.numel()} tokens: {batch_size} streams of {length}, "
+                                f"shorter than train.seq_len {seq_len} + 1; expected a longer split or a smaller batch")
+        self.streams = tokens[: batch_size * length].view(batch_size, length)  # (B, L)
+        self.seq_len, self.windows = seq_len, (length - 1) // seq_len  # whole windows per pass
+        self.generator = torch.Generator().manual_seed(seed)
+        self.position = int(torch.randint(self.windows, (1,), generator=self.generator))  # the next window
+        self.fresh: list[bool] = []
+
+    def batches(self, n: int) -> tuple[Tensor, Tensor]:
+        """The next n batches: x, y (n, B, T); `fresh[i]` says whether batch i starts a pass."""
+        index = (self.position + torch.arange(n)) % self.windows  # (n,)
+        starts = index[:, None] * self.seq_len + torch.arange(self.seq_len + 1)  # (n, T + 1)
+        chunk = self.streams[:, starts].permute(1, 0, 2)  # (n, B, T + 1)
+        self.fresh = (index == 0).tolist()
+        self.position = int((self.position + n) % self.windows)
+        return chunk[..., :-1], chunk[..., 1:]
+
+
 @dataclass
 class History:
     """What a run measured: one row per optimizer step, one per epoch."""
@@ -97,7 +125,7 @@ class History:
 def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: Tensor, val_ids: Tensor) -> str:
     """A hash of everything that determines the run, so a resume file from another run is ignored."""
     digest = hashlib.sha256()
-    settings = {"model": name, "entry": as_dict(params.models[name]), "train": as_dict(params.train),
+    settings = {"model": name, "entry": as_dict(params.models[name]), "train": as_dict(training_settings(params, name)),
                 "seed": params.seed, "tokenizer": tokenizer.identity}
     digest.update(json.dumps(settings, sort_keys=True).encode())
     digest.update(train_ids.numpy().tobytes())
@@ -121,10 +149,11 @@ class _Run:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    sampler: WindowSampler
+    sampler: WindowSampler | StreamSampler
     val_batches: WindowSampler  # the study's validation estimator: one random batch per epoch
     device: torch.device
     machines: list[dict[str, Any]]  # where it trained: processor, GEMM and the epoch and step it began at
+    step: EagerStep | GraphStep  # holds the carried state of `train.state: carried`
     first_epoch_state: dict[str, Tensor] | None = None  # the weights after epoch 1, on the CPU
 
     def keep_first_epoch(self) -> None:
@@ -143,8 +172,17 @@ class _Run:
             "sampler_rng": self.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "val_batch_rng": self.val_batches.generator.get_state(),
             "history_steps": history.steps, "history_epochs": history.epochs, "machines": self.machines, **cuda,
-            "partial": None if progress is None else asdict(progress),
+            "partial": None if progress is None else asdict(progress), **self._carried(),
         }
+
+    def _carried(self) -> dict[str, Any]:
+        """What `train.state: carried` adds to a snapshot: where the streams are, and the state the
+        next window starts from (on the CPU; none at a pass's start)."""
+        if not isinstance(self.sampler, StreamSampler):
+            return {}
+        state = getattr(self.step, "state", None)
+        return {"stream_position": self.sampler.position,
+                "carried_state": None if state is None else [[t.cpu() for t in layer] for layer in to_lists(state)]}
 
     def restore(self, saved: dict[str, Any]) -> tuple[History, float, EpochProgress]:
         """Load a `snapshot` back -> its history, seconds and the next epoch's progress."""
@@ -158,6 +196,11 @@ class _Run:
         if self.device.type == "cuda" and "cuda_rng" in saved:
             torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
         progress = EpochProgress(**(saved.get("partial") or {}))  # none in a file written at an epoch's end
+        if isinstance(self.sampler, StreamSampler):
+            self.sampler.position = saved["stream_position"]
+            carried = saved.get("carried_state")
+            self.step.state = None if carried is None else from_lists([[t.to(self.device) for t in layer]
+                                                                       for layer in carried])
         here = self.machines[-1]
         before = saved.get("machines") or [{**here, "processor": "unknown", "gemm": "unknown"}]
         if (before[-1]["processor"], before[-1]["gemm"]) == (here["processor"], here["gemm"]):
@@ -220,7 +263,10 @@ def train(
     when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch). The file is
     left in place: the caller removes it (`result.resume.clear()`) once it has written every output,
     so a failure while writing them loses no training. `clock`: times the per-epoch validation."""
-    entry, settings = params.models[name], params.train
+    entry, settings = params.models[name], training_settings(params, name)
+    carried = settings.state == "carried"
+    if carried and entry.cell == WINDOW_MLP:
+        raise TrainingError(f"train.state 'carried' needs a recurrent cell; {name} is the fixed-window model")
     device = device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)
@@ -233,10 +279,11 @@ def train(
 
     torch.manual_seed(params.seed)  # weights and dropout masks
     model = build_model(entry, tokenizer.vocab_size).to(device)
-    graph = settings.cuda_graph and device.type == "cuda"
+    graph = settings.cuda_graph and device.type == "cuda" and not carried  # a graph carries nothing between replays
     optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
-    sampler = WindowSampler(train_ids, settings.batch_size, settings.seq_len, params.seed)
+    sampler = (StreamSampler if carried else WindowSampler)(train_ids, settings.batch_size, settings.seq_len,
+                                                            params.seed)
     val_batches = WindowSampler(val_ids, settings.batch_size, settings.seq_len, val_batch_seed(params.seed))
     history, first_epoch, seconds, resumed = History(), 1, 0.0, EpochProgress()
 
@@ -244,7 +291,8 @@ def train(
     store = ResumeStore(resume_dir, name, params.seed, run_fingerprint(params, name, tokenizer, train_ids, val_ids),
                         device.type, gemm, processor, settings.steps_scale)
     here = {"device": device.type, "processor": processor, "gemm": gemm, "from_epoch": 1, "from_step": 0}
-    run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here])
+    step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph, carry=carried)
+    run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here], step_fn)
     saved = store.load()
     if saved is not None:
         history, seconds, resumed = run.restore(saved)
@@ -257,7 +305,6 @@ def train(
             print(f"note: it trained on {was['processor']} with {was['gemm']} so far and goes on here on {processor} "
                   f"with {gemm}: the last bits of the arithmetic differ from here on; the training metrics say so")
 
-    step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph)
     tokens_per_step = settings.batch_size * settings.seq_len
     last_save = time.perf_counter()
     for epoch in range(first_epoch, entry.epochs + 1):
@@ -275,6 +322,8 @@ def train(
             size = min(settings.check_every, n_steps - first)
             xs, ys = (t.to(device) for t in sampler.batches(size))  # (size, B, T): one copy per block
             for i in range(size):
+                if carried and (sampler.fresh[i] or first + i == 0):  # a pass's or an epoch's first window
+                    step_fn.reset_state()
                 log.record(step_fn(xs[i], ys[i]))
             try:  # the host waits for the device here only, once a block
                 block = log.read()

@@ -1,0 +1,120 @@
+"""`train.state: carried`: the training split as contiguous streams read in order, each window
+starting from the state the previous one ended in (detached), reset at each epoch's start; the
+`reset` recipe unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rnnlm.models.checkpoint import Checkpoint, save_checkpoint
+from rnnlm.params import as_dict, parse_params, training_settings
+from rnnlm.training.resume import read_resume_file
+from rnnlm.training.step import LossLog
+from rnnlm.training.train import StreamSampler
+from tests.test_train import SPLIT, TOKENIZER, Interrupted, _losses, _same_weights, _train, tiny_params
+
+
+def carried_params(raw_params: dict, **entry):
+    raw_params["models"]["astra_alpha"]["train"] = {"state": "carried"}
+    return tiny_params(raw_params, **entry)
+
+
+def test_the_streams_are_read_window_after_window_and_start_again_after_the_last():
+    tokens = torch.arange(1000)
+    sampler = StreamSampler(tokens, batch_size=4, seq_len=10, seed=0)  # streams of 250: 24 whole windows
+    assert sampler.windows == 24 and torch.equal(sampler.streams[1, :3], torch.tensor([250, 251, 252]))
+    sampler.position = 22
+    x, y = sampler.batches(3)
+    assert x.shape == y.shape == (3, 4, 10) and sampler.fresh == [False, False, True]
+    assert torch.equal(x[0, 2], torch.arange(500 + 220, 500 + 230)) and torch.equal(y[0, 2], x[0, 2] + 1)
+    assert torch.equal(x[1, 2], torch.arange(500 + 230, 500 + 240))  # the next window of the same stream
+    assert torch.equal(x[2, 0], torch.arange(0, 10))  # after the last whole window: the stream's start
+    assert sampler.position == 1
+    assert len({StreamSampler(tokens, 4, 10, seed=s).position for s in range(10)}) > 1  # a run's start: its seed
+
+
+def test_each_window_starts_from_the_detached_state_the_last_one_ended_in(raw_params, monkeypatch):
+    from rnnlm.models.language_model import RecurrentLM
+
+    calls = []
+    forward = RecurrentLM.forward
+
+    def recording(self, tokens, state=None):
+        logits, new = forward(self, tokens, state)
+        if self.training:
+            calls.append((state, new))
+        return logits, new
+
+    monkeypatch.setattr(RecurrentLM, "forward", recording)
+    _train(carried_params(raw_params))  # 3 epochs of 12 steps
+    assert len(calls) == 36
+    carried = 0
+    for k, (state_in, _) in enumerate(calls):
+        if k % 12 == 0:  # an epoch's first window: zeros
+            assert state_in is None
+        if state_in is None:  # or the first window of a new pass over the streams (once here at most)
+            continue
+        carried += 1
+        previous_out = calls[k - 1][1]
+        assert all(not t.requires_grad for t in state_in)  # detached: the gradient stops at the window
+        assert all(torch.equal(a, b.detach()) for a, b in zip(state_in, previous_out))
+    assert carried >= 32  # 36 windows, 3 epoch starts, at most one pass start
+
+
+def test_the_reset_recipe_records_nothing_new(raw_params):
+    """`state: reset` (the default) is left out of the params a checkpoint and a run's fingerprint
+    record, so the runs made before it existed keep their bytes and resume files."""
+    params = parse_params(raw_params)
+    assert training_settings(params, "astra_alpha").state == "reset"
+    assert "state" not in as_dict(params)["train"] and "train" not in as_dict(params)["models"]["astra_alpha"]
+    raw_params["train"]["state"] = "reset"
+    assert as_dict(parse_params(raw_params)) == as_dict(params)
+
+
+def test_a_model_entry_overrides_the_shared_state_and_a_window_model_refuses_it(raw_params):
+    raw_params["models"]["astra_beta"]["train"] = {"state": "carried"}
+    params = parse_params(raw_params)
+    assert training_settings(params, "astra_beta").state == "carried"
+    assert training_settings(params, "astra_alpha").state == "reset"
+    assert as_dict(params)["models"]["astra_beta"]["train"] == {"state": "carried"}
+    raw_params["models"]["bengio_mlp"]["train"] = {"state": "carried"}
+    with pytest.raises(Exception, match="models.bengio_mlp.train.state: 'carried' needs a recurrent cell"):
+        parse_params(raw_params)
+    raw_params["models"]["bengio_mlp"]["train"] = {"state": "sometimes"}
+    with pytest.raises(Exception, match="models.bengio_mlp.train.state: expected one of 'reset', 'carried'"):
+        parse_params(raw_params)
+
+
+def test_carried_and_reset_runs_differ_and_each_repeats_itself(raw_params):
+    reset = _train(tiny_params(dict(raw_params)))
+    carried = _train(carried_params(raw_params))
+    again = _train(carried_params(raw_params))
+    assert _losses(carried) != _losses(reset)
+    assert _losses(carried) == _losses(again) and _same_weights(carried, again)
+
+
+def test_a_carried_run_killed_mid_epoch_resumes_to_the_same_bytes(raw_params, tmp_path, monkeypatch):
+    raw_params["train"]["check_every"] = 4  # blocks end after steps 4 and 8 of each 12-step epoch
+    params = carried_params(raw_params, dropout=0.2)
+    whole = _train(params)
+    real_read, reads = LossLog.read, []
+
+    def read_then_stop(log):
+        reads.append(1)
+        if len(reads) == 6:  # epoch 2's last block: the file holds epoch 2 at step 8, state and all
+            raise Interrupted
+        return real_read(log)
+
+    monkeypatch.setattr(LossLog, "read", read_then_stop)
+    with pytest.raises(Interrupted):
+        _train(params, resume_dir=tmp_path, save_every_s=0.0)
+    monkeypatch.setattr(LossLog, "read", real_read)
+    _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
+    assert kept["partial"]["steps"] == 8 and kept["carried_state"] is not None and "stream_position" in kept
+    resumed = _train(params, resume_dir=tmp_path)
+    assert _losses(resumed) == _losses(whole) and _same_weights(resumed, whole)
+    paths = [tmp_path / "whole.pt", tmp_path / "resumed.pt"]
+    for path, result in zip(paths, (whole, resumed)):
+        save_checkpoint(path, result.checkpoint)
+    assert paths[0].read_bytes() == paths[1].read_bytes()

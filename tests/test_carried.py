@@ -7,12 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rnnlm.models.checkpoint import Checkpoint, save_checkpoint
+from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.params import as_dict, parse_params, training_settings
-from rnnlm.training.resume import read_resume_file
-from rnnlm.training.step import LossLog
 from rnnlm.training.train import StreamSampler
-from tests.test_train import SPLIT, TOKENIZER, Interrupted, _losses, _same_weights, _train, tiny_params
+from tests.test_train import _losses, _same_weights, _train, killed_at_read, tiny_params
 
 
 def carried_params(raw_params: dict, **entry):
@@ -98,19 +96,7 @@ def test_a_carried_run_killed_mid_epoch_resumes_to_the_same_bytes(raw_params, tm
     raw_params["train"]["check_every"] = 4  # blocks end after steps 4 and 8 of each 12-step epoch
     params = carried_params(raw_params, dropout=0.2)
     whole = _train(params)
-    real_read, reads = LossLog.read, []
-
-    def read_then_stop(log):
-        reads.append(1)
-        if len(reads) == 6:  # epoch 2's last block: the file holds epoch 2 at step 8, state and all
-            raise Interrupted
-        return real_read(log)
-
-    monkeypatch.setattr(LossLog, "read", read_then_stop)
-    with pytest.raises(Interrupted):
-        _train(params, resume_dir=tmp_path, save_every_s=0.0)
-    monkeypatch.setattr(LossLog, "read", real_read)
-    _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
+    kept = killed_at_read(params, 6, tmp_path, monkeypatch)  # epoch 2 at step 8, state and all
     assert kept["partial"]["steps"] == 8 and kept["carried_state"] is not None and "stream_position" in kept
     resumed = _train(params, resume_dir=tmp_path)
     assert _losses(resumed) == _losses(whole) and _same_weights(resumed, whole)

@@ -139,23 +139,29 @@ def test_a_run_interrupted_on_one_gemm_library_goes_on_with_another_and_says_so(
     assert run.where() == f"cpu: {resumed.processor}; cpu: {resumed.processor} from epoch 2"
 
 
-def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params, tmp_path, capsys, monkeypatch):
-    raw_params["train"]["check_every"] = 4  # 12 steps an epoch: blocks end after steps 4 and 8 inside it
-    params = tiny_params(raw_params, dropout=0.2)
-    whole = _train(params)
-    real_read, reads = LossLog.read, []
+def killed_at_read(params, reads: int, resume_dir: Path, monkeypatch) -> dict:
+    """Train `params` with a resume file saved at every block and stop it at the `reads`-th reading
+    of the losses (a block's end), as a kill would; returns what the resume file kept."""
+    real_read, done = LossLog.read, []
 
     def read_then_stop(log):
-        reads.append(1)
-        if len(reads) == 6:  # epoch 2's last block: the file holds epoch 2 at step 8
+        done.append(1)
+        if len(done) == reads:
             raise Interrupted
         return real_read(log)
 
     monkeypatch.setattr(LossLog, "read", read_then_stop)
     with pytest.raises(Interrupted):
-        _train(params, resume_dir=tmp_path, save_every_s=0.0)
+        _train(params, resume_dir=resume_dir, save_every_s=0.0)
     monkeypatch.setattr(LossLog, "read", real_read)
-    _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
+    return read_resume_file(next(resume_dir.glob("astra_alpha-*.pt")))[1]
+
+
+def test_run_interrupted_inside_an_epoch_resumes_from_its_last_block(raw_params, tmp_path, capsys, monkeypatch):
+    raw_params["train"]["check_every"] = 4  # 12 steps an epoch: blocks end after steps 4 and 8 inside it
+    params = tiny_params(raw_params, dropout=0.2)
+    whole = _train(params)
+    kept = killed_at_read(params, 6, tmp_path, monkeypatch)  # epoch 2's last block: the file holds epoch 2 at step 8
     assert kept["epoch"] == 1 and kept["partial"]["steps"] == 8 and len(kept["partial"]["losses"]) == 8
     assert len(kept["history_steps"]) == 20
     resumed = _train(params, resume_dir=tmp_path)

@@ -9,6 +9,7 @@ import torch
 
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.params import as_dict, parse_params, training_settings
+from rnnlm.reporting.training_report import training_summary
 from rnnlm.training.train import StreamSampler
 from tests.test_train import _losses, _same_weights, _train, killed_at_read, tiny_params
 
@@ -90,6 +91,8 @@ def test_carried_and_reset_runs_differ_and_each_repeats_itself(raw_params):
     again = _train(carried_params(raw_params))
     assert _losses(carried) != _losses(reset)
     assert _losses(carried) == _losses(again) and _same_weights(carried, again)
+    assert training_summary("astra_alpha", carried)["state"] == "carried"
+    assert "state" not in training_summary("astra_alpha", reset)  # the study's recipe goes unsaid, as before
 
 
 def test_a_carried_run_killed_mid_epoch_resumes_to_the_same_bytes(raw_params, tmp_path, monkeypatch):

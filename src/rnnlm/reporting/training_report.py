@@ -36,6 +36,7 @@ def training_summary(name: str, result: TrainResult) -> dict[str, object]:
         "processor": result.processor,
         "gemm": result.gemm,
         "machines": result.machines,
+        **({"state": result.state} if result.state != "reset" else {}),  # the study's recipe goes unsaid
         "parameters": result.parameters,
         "epochs": len(epochs),
         "steps": len(result.history.steps),

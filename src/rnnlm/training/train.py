@@ -245,6 +245,7 @@ class TrainResult:
     seconds: float
     resume: ResumeStore  # the run's resume file, kept until the caller has every output in place
     machines: list[dict[str, Any]]  # each machine it trained on, from which epoch and step; one for most runs
+    state: str = "reset"  # train.state: how the state went from window to window
 
 
 def train(
@@ -378,4 +379,4 @@ def train(
         first_epoch_state=run.first_epoch_state,
     )
     return TrainResult(checkpoint, history, device.type, gemm, processor, count_parameters(model), seconds, store,
-                       run.machines)
+                       run.machines, settings.state)

@@ -310,7 +310,10 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
     run again continues from its last epoch."""
     def slow_enough(params: dict) -> None:
         tiny_models(params)
-        params["models"]["astra_alpha"].update({"hidden": 96, "epochs": 6, "steps_per_epoch": 40})
+        # Epochs of a few seconds each: the test must see epoch 2's save and kill the training before it
+        # ends (at tiny_models' batch of 4 x 16 an epoch took 0.1 s and the run could end unseen).
+        params["train"].update({"batch_size": 32, "seq_len": 64})
+        params["models"]["astra_alpha"].update({"hidden": 96, "epochs": 6, "steps_per_epoch": 150})
         params["generate"]["max_new_tokens"] = 10
 
     root = make_dvc_repo(tmp_path / "repo", CORPUS, slow_enough)
@@ -327,7 +330,14 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
             headers = [read_header(p) for p in resume.glob("astra_alpha-*.pt")] if resume.is_dir() else []
             return max((h["epoch"] for h in headers), default=0)
 
-        _wait(lambda: saved_epoch() >= 2, "epoch 2 of the queued run", 600)  # beside the Slurm test on 2 cores: slow
+        def epoch_two_saved() -> bool:
+            if saved_epoch() >= 2:
+                return True
+            logs = " ".join(p.read_text() for p in (root / ".dvc/tmp/exps/run").glob("*/*.out"))
+            assert "Running stage 'generate'" not in logs, "the training ended before the test saw epoch 2 saved"
+            return False
+
+        _wait(epoch_two_saved, "epoch 2 of the queued run", 600)  # beside the Slurm test on 2 cores: slow
         # The stage's python, and the shell DVC may start it through (one process or two, by the $SHELL)
         trainers = [p for p in psutil.process_iter(["cmdline", "cwd"]) if "stages/train.py" in " ".join(
             p.info["cmdline"] or []) and str(root / ".dvc/tmp/exps") in (p.info["cwd"] or "")]

@@ -200,6 +200,30 @@ def test_use_gemm_is_the_one_switch_for_python_and_the_compiled_code(gemm):
     assert backend.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.step
 
 
+def test_small_per_step_products_run_on_the_calling_thread_and_give_the_pool_back():
+    """The thread rule (backend.MIN_PARALLEL_STEP_MACS) reaches the compiled code with the GEMM choice;
+    a per-step product under it runs with a team of one and puts the thread count back, one over it
+    keeps the pool; either way the product is the float64 product's to float32 rounding."""
+    compiled = backend.compiled_for(torch.device("cpu"))  # told the rule when loaded
+    threshold = backend.MIN_PARALLEL_STEP_MACS
+    assert compiled.min_parallel_macs() == threshold
+    assert compiled.on_calling_thread(threshold - 1) and not compiled.on_calling_thread(threshold)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the tests' workers compute on one thread: give the pool a second
+    try:
+        torch.manual_seed(0)
+        for batch, hidden in ((1, 64), (16, 256)):  # 12,288 and 3,145,728 multiply-adds: under and over
+            weight, x = torch.randn(3 * hidden, hidden), torch.randn(batch, hidden)
+            assert compiled.on_calling_thread(batch * 3 * hidden * hidden) == (batch == 1)
+            got = compiled.StepProduct(weight, batch, 8)(x)
+            assert torch.get_num_threads() == 2  # the team's size given back after the product
+            torch.testing.assert_close(got.double(), x.double() @ weight.double().T, rtol=1e-5, atol=1e-5)
+            compiled.StepProduct(weight, batch, 1)(x)  # unpacked (a one-step sequence): the same rule
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_cpu_features_are_read_from_the_machine():
     flags = backend.cpu_flags()
     if not flags:
@@ -275,4 +299,4 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm
 
 def test_an_unknown_gemm_is_refused_by_the_compiled_module():
     with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
-        native.compiled().set_gemm("blis", backend.MIN_ONEDNN_MACS)
+        native.compiled().set_gemm("blis", backend.MIN_ONEDNN_MACS, backend.MIN_PARALLEL_STEP_MACS)

@@ -26,7 +26,8 @@ library for each (a `Gemms`):
 `onednn_for(tensor, macs, step)` says whether one product runs through oneDNN: float32 on the
 CPU, oneDNN chosen for its kind, and at least `MIN_ONEDNN_MACS` multiply-adds. That rule and that
 threshold are here only; the compiled code receives both in one call, when it is first loaded and
-whenever `use_gemm` changes the choice.
+whenever `use_gemm` changes the choice, together with `MIN_PARALLEL_STEP_MACS`: the per-step products
+of the compiled loops smaller than that run on the calling thread, not the thread pool.
 
 The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (measured per machine
 in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
@@ -69,6 +70,17 @@ MIN_ONEDNN_MACS = 2**19
 latency-bound, and oneDNN's call costs more than MKL's on its own (near 2^19 the two cross at batch
 1). The one place this number lives."""
 
+MIN_PARALLEL_STEP_MACS = 2**19
+"""A per-step product of the compiled loops (a scan's hidden side, every product of the sampling
+step) with fewer multiply-adds runs on the calling thread, not the thread pool: the stateful pass and
+sampling at batch 1 of the small models, the scans of small batches. Below it a parallel region costs
+more than it saves (on an Intel Xeon with AVX-512: 0.86-0.91x at 2^15.6-2^17.6 multiply-adds, 1.2-1.35x
+at 2^19.6, `benchmarks/two_processes.py --crossover`), and where another process holds the other core,
+each region waits for a thread that is not running: two batch-1 stateful passes at once took minutes
+for what one does in a tenth of a second. The thread count changes the last bits of a product's sum
+for some shapes, so this rule, like the GEMM's, depends on shapes alone: a run repeats itself bit for
+bit. The one place this number lives; the compiled code receives it with the GEMM choice."""
+
 
 def enabled() -> bool:
     """False when RNNLM_NATIVE=0 asks for the Python loops only."""
@@ -102,7 +114,7 @@ def _compiled() -> ModuleType | None:
     """The compiled module (None when it did not build), told the CPU's GEMM choice when first loaded."""
     module = native.compiled()
     if module is not None:
-        module.set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS)
+        module.set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS, MIN_PARALLEL_STEP_MACS)
     return module
 
 
@@ -204,7 +216,7 @@ def use_gemm(gemms: Gemms | None) -> Gemms | None:
     global _chosen
     previous, _chosen = _chosen, gemms
     if _compiled.cache_info().currsize and _compiled() is not None:  # loaded already: tell it
-        _compiled().set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS)
+        _compiled().set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS, MIN_PARALLEL_STEP_MACS)
     return previous
 
 

@@ -5,6 +5,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <omp.h>
+
 #include <atomic>
 #include <limits>
 
@@ -67,6 +69,7 @@ Tensor onednn_linear(const Tensor& x, const Tensor& weight, const std::optional<
 
 std::atomic<Gemm> chosen_gemm{Gemm::mkl};
 std::atomic<int64_t> onednn_from_macs{std::numeric_limits<int64_t>::max()};
+std::atomic<int64_t> parallel_from_macs{0};
 
 bool use_onednn(const Tensor& x) {
   return chosen_gemm.load() == Gemm::onednn && x.scalar_type() == at::kFloat && gemm_ops().onednn_linear;
@@ -76,11 +79,13 @@ bool use_onednn(const Tensor& x) {
 
 Gemm gemm() { return chosen_gemm.load(); }
 
-void set_gemm(const std::string& name, int64_t min_onednn_macs) {
+void set_gemm(const std::string& name, int64_t min_onednn_macs, int64_t min_parallel_macs) {
   TORCH_CHECK(name == "mkl" || name == "onednn", "unknown GEMM ", name, "; expected mkl or onednn");
   TORCH_CHECK(name == "mkl" || gemm_ops().onednn_linear, "this PyTorch has no oneDNN linear op");
   TORCH_CHECK(min_onednn_macs >= 0, "min_onednn_macs must not be negative");
+  TORCH_CHECK(min_parallel_macs >= 0, "min_parallel_macs must not be negative");
   onednn_from_macs.store(min_onednn_macs);
+  parallel_from_macs.store(min_parallel_macs);
   chosen_gemm.store(name == "onednn" ? Gemm::onednn : Gemm::mkl);
 }
 
@@ -88,12 +93,27 @@ std::string gemm_name() { return chosen_gemm.load() == Gemm::onednn ? "onednn" :
 
 int64_t min_onednn_macs() { return onednn_from_macs.load(); }
 
+int64_t min_parallel_macs() { return parallel_from_macs.load(); }
+
+bool on_calling_thread(int64_t macs) { return macs < parallel_from_macs.load(); }
+
+OnCallingThread::OnCallingThread(bool active) : active_(active) {
+  if (!active_) return;
+  omp_before_ = omp_get_max_threads();
+  omp_set_num_threads(1);
+}
+
+OnCallingThread::~OnCallingThread() {
+  if (active_) omp_set_num_threads(omp_before_);
+}
+
 bool step_uses_onednn(const Tensor& x, const Tensor& w_t) {
   return use_onednn(x) && x.size(0) * w_t.size(0) * w_t.size(1) >= onednn_from_macs.load();
 }
 
 StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps)
-    : weight_(weight), batch_(batch), onednn_(use_onednn(weight)) {
+    : weight_(weight), batch_(batch), onednn_(use_onednn(weight)),
+      serial_(on_calling_thread(batch * weight.size(0) * weight.size(1))) {
   const GemmOps& ops = gemm_ops();
   if (weight.scalar_type() != at::kFloat) return;
   if (onednn_) {
@@ -106,6 +126,7 @@ StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps)
 }
 
 Tensor StepProduct::operator()(const Tensor& x) const {
+  const OnCallingThread here(serial_);
   // oneDNN needs dense rows: the backward passes slices of the gates, whose rows are wider than them.
   if (onednn_) return onednn_linear(x.contiguous(), packed_.defined() ? packed_ : weight_, std::nullopt);
   if (packed_.defined()) return gemm_ops().mkl_linear->call(x, packed_, weight_, std::nullopt, batch_);
@@ -113,10 +134,12 @@ Tensor StepProduct::operator()(const Tensor& x) const {
 }
 
 Tensor step_product(const Tensor& x, const Tensor& w_t) {
+  const OnCallingThread here(on_calling_thread(x.size(0) * w_t.size(0) * w_t.size(1)));
   return step_uses_onednn(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), std::nullopt) : at::mm(x, w_t);
 }
 
 Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t) {
+  const OnCallingThread here(on_calling_thread(x.size(0) * w_t.size(0) * w_t.size(1)));
   // The bias added after oneDNN's product, as products.linear adds it to a one-token product (why: there).
   if (step_uses_onednn(x, w_t)) return onednn_linear(x.contiguous(), w_t.t(), std::nullopt).add_(bias);
   return at::addmm(bias, x, w_t);

@@ -122,15 +122,37 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 // ---------------------------------------------------------------- products
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
-// where it is built), and from how many multiply-adds a product goes to oneDNN when it is chosen:
-// rnnlm.backend decides both (its GEMM rule, its MIN_ONEDNN_MACS) and hands them over in one call,
-// set_gemm. Until then every product runs through MKL.
+// where it is built), from how many multiply-adds a product goes to oneDNN when it is chosen, and from
+// how many it may use the thread pool: rnnlm.backend decides all three (its GEMM rule, its
+// MIN_ONEDNN_MACS and MIN_PARALLEL_STEP_MACS) and hands them over in one call, set_gemm. Until then
+// every product runs through MKL, on the thread pool.
 enum class Gemm { mkl, onednn };
 
 Gemm gemm();
-void set_gemm(const std::string& name, int64_t min_onednn_macs);  // "mkl" or "onednn"
+void set_gemm(const std::string& name, int64_t min_onednn_macs, int64_t min_parallel_macs);  // "mkl" or "onednn"
 std::string gemm_name();
 int64_t min_onednn_macs();
+int64_t min_parallel_macs();
+
+// While one lives, the products and ATen loops this thread starts run on this thread alone: OpenMP's
+// team size for this thread (what ATen's parallel_for and oneDNN read) and MKL's thread-local count
+// are set to 1, and put back when it ends. Inactive (`active` false), it changes nothing. For a
+// product of fewer than min_parallel_macs multiply-adds: a parallel region costs more than it saves
+// there, and where another process holds the other cores it waits for a thread that is not running.
+class OnCallingThread {
+ public:
+  explicit OnCallingThread(bool active);
+  ~OnCallingThread();
+  OnCallingThread(const OnCallingThread&) = delete;
+  OnCallingThread& operator=(const OnCallingThread&) = delete;
+
+ private:
+  bool active_;
+  int omp_before_ = 0;
+};
+
+// Whether a product of `macs` multiply-adds runs on the calling thread (fewer than min_parallel_macs).
+bool on_calling_thread(int64_t macs);
 
 // Whether one step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen, and at
 // least min_onednn_macs multiply-adds (the same rule as rnnlm.backend.onednn_for).
@@ -151,7 +173,7 @@ class StepProduct {
  private:
   Tensor weight_, packed_;
   int64_t batch_;
-  bool onednn_;
+  bool onednn_, serial_;  // serial_: on the calling thread (on_calling_thread of one product's work)
 };
 
 // One product of the sampling step, x (B, K) times w_t (K, N), a transposed view of a weight

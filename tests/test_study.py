@@ -337,6 +337,27 @@ def test_runs_are_queued_only_once_an_idle_worker_has_exited(monkeypatch):
     assert started == [["dvc", "queue", "start", "--jobs", "1"]]  # the idle worker is gone: a new one
 
 
+def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch):
+    """`run --jobs 2` starts two workers whose runs compute on half the cores each (OMP_NUM_THREADS in
+    their environment): two runs each with every core wait on each other's threads. A thread count
+    the user set is kept; one worker changes nothing."""
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: "Worker status: 0 active, 0 idle\n"
+                        if command[:3] == ["dvc", "queue", "status"] else "")
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    monkeypatch.setattr(study_queue.os, "cpu_count", lambda: 8)
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(
+        (command, kw["env"].get("OMP_NUM_THREADS"))) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    study_queue.run(["alpha"], [1], 1.0, wait=False, jobs=2)
+    study_queue.run(["alpha"], [2], 1.0, wait=False, jobs=1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    study_queue.run(["alpha"], [3], 1.0, wait=False, jobs=2)
+    assert started == [(["dvc", "queue", "start", "--jobs", "2"], "4"), (["dvc", "queue", "start", "--jobs", "1"], None),
+                       (["dvc", "queue", "start", "--jobs", "2"], "3")]
+    assert [study_queue.worker_threads(jobs, cores=2) for jobs in (1, 2, 3)] == [2, 1, 1]
+
+
 def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_queued(monkeypatch):
     calls = []
     monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")
@@ -346,6 +367,8 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
         study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):
         study_command.main(["run", "--seeds", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match="--jobs 0: expected at least one queue worker"):
+        study_command.main(["run", "--jobs", "0", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match=r"--seeds 100000 for 2 models asks for 200,000 runs, more than --max-runs "
                                          r"100; pass --max-runs 200000 to queue them \(an over-long queue: `dvc queue "
                                          r"remove --queued` empties it\)"):

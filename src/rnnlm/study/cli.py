@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     run_parser = commands.add_parser("run", help="queue each (model, seed) not held yet (DVC's queue, or --slurm)")
     _selection(run_parser)
     run_parser.add_argument("--wait", action="store_true", help="return only when DVC's queue is empty")
+    run_parser.add_argument("--jobs", type=int, default=1,
+                            help="queue workers training at once, each run on the cores divided by this (default 1)")
     run_parser.add_argument("--max-runs", type=int, default=MAX_RUNS,
                             help=f"refuse to queue more (model, seed) runs than this at once (default {MAX_RUNS})")
     _slurm_options(run_parser)
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "run":
         models, seeds = _which(args)
+        if args.jobs < 1:
+            raise StudyError(f"--jobs {args.jobs}: expected at least one queue worker")
         asked = len(models) * len(seeds)
         if asked > args.max_runs:
             raise StudyError(f"--seeds {args.seeds} for {len(models)} model{'s' if len(models) > 1 else ''} asks for "
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             run_slurm(Path("."), models, seeds, args.steps_scale, load_settings(args.slurm_config, overrides),
                       held_runs(Path("."), Path("reports/study"), args.steps_scale))
         else:
-            run(models, seeds, args.steps_scale, args.wait)
+            run(models, seeds, args.steps_scale, args.wait, jobs=args.jobs)
     elif args.command == "status":
         models, seeds = _which(args)
         for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale,

@@ -8,7 +8,12 @@ queued or running):
     dvc exp run --queue -n <model>-seed<seed> -S model=<model> -S seed=<seed> -S train.steps_scale=<s>
 
 and starts the queue with one worker (`dvc queue start`), unless a worker is already running: the
-runs train one after another, each with every core. `--wait` follows the queue until it is empty.
+runs train one after another, each with every core. `--jobs N` starts N workers instead, each run
+computing on the machine's cores divided by N (`OMP_NUM_THREADS` in the workers' environment, unless
+it is set already): two runs each with every core on the same cores wait on each other's threads
+(`benchmarks/two_processes.py`). The thread count changes the last bits of some products' sums, so a
+run repeats itself bit for bit at the same `--jobs` on the same machine. `--wait` follows the queue
+until it is empty.
 Each finished experiment is a commit under refs/exps/, which `rnnlm.study.collect` reads.
 An interrupted run resumes when it is queued again: its resume file lies in the main repository
 (or under $RNNLM_RESUME_DIR, which the worker must have in its environment), not in DVC's temporary
@@ -17,6 +22,7 @@ workspace (`rnnlm.training.resume`).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -118,10 +124,15 @@ def plan(models: Iterable[str], seeds: Sequence[int], held: set[tuple[str, int]]
             if (m, s) not in held and experiment_name(m, s, steps_scale) not in pending]
 
 
+def worker_threads(jobs: int, cores: int | None = None) -> int:
+    """The threads each of `jobs` queue workers computes on: the cores shared out, at least one."""
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
+
+
 def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: bool,
-        study_dir: Path = Path("reports/study")) -> list[tuple[str, int]]:
-    """Queue what `plan` gives (models and seeds checked by the caller) and start a worker if none
-    runs; returns the queued runs."""
+        study_dir: Path = Path("reports/study"), jobs: int = 1) -> list[tuple[str, int]]:
+    """Queue what `plan` gives (models and seeds checked by the caller) and start `jobs` workers if
+    none runs; returns the queued runs."""
     status = queue_status()
     todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), status.pending, steps_scale)
     if todo:
@@ -135,12 +146,16 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
     elif status.active or status.idle:  # a second worker would train beside it, on the same cores
         print("a queue worker is already running; it will take these experiments in turn")
     else:
+        env = dict(os.environ)
+        if jobs > 1:
+            env.setdefault("OMP_NUM_THREADS", str(worker_threads(jobs)))
         # Not through a pipe: the worker DVC leaves running would hold it open, and we would wait on it.
-        started = subprocess.run(["dvc", "queue", "start", "--jobs", "1"], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        started = subprocess.run(["dvc", "queue", "start", "--jobs", str(jobs)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env)
         if started.returncode != 0:
             raise StudyError("dvc queue start failed; run it by hand to see why")
-        print("queue started (one worker).")
+        print("queue started (one worker)." if jobs == 1 else
+              f"queue started ({jobs} workers, each run on {env['OMP_NUM_THREADS']} threads).")
     print("Follow it with `dvc queue status` / `dvc queue logs NAME` / `python -m rnnlm.study status`;")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     while wait and queue_status().pending:

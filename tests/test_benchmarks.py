@@ -288,3 +288,35 @@ def test_the_stage_times_table_names_every_stage_and_part():
     assert "on an Intel Xeon" in text and "(train.steps_scale 0.01)" in text
     assert "| leviathan | 151 | 104.8 | 10.7 | 11.2 | 35.2 | 0.5 | 0.5 | 0.5 | 0.5 | 0.5 | 0.5 |" in text
     assert "| leviathan | 4 | 208 | — | NVIDIA H200 |" in text
+
+
+def test_two_processes_times_each_way_and_the_crossover(tmp_path):
+    """`two_processes.py --quick`: the workload alone, then two processes in each of the three ways,
+    and the per-step product on and off the pool; the tables and the JSON say what ran."""
+    out = tmp_path / "two.md"
+    done = subprocess.run([sys.executable, "benchmarks/two_processes.py", "--quick", "--workloads", "stateful",
+                           "--markdown", str(out), "--json", str(tmp_path / "two.json")], cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "two.json").read_text())
+    (row,) = report["pairs"]
+    assert (row["model"], row["workload"]) == ("astra_alpha", "stateful") and row["alone_s"] > 0
+    for way in ("every core, no rule", "every core", "half the cores"):
+        assert row[way]["finished"] and len(row[way]["kept"]) == 2  # two processes, each its share kept
+    assert row["half the cores"]["threads"] == max(1, (os.cpu_count() or 1) // 2)
+    assert report["min_parallel_step_macs"] == 2**19 and len(report["crossover"]) == 4  # batch 1, 4, 16, 64
+    text = out.read_text()
+    assert "| astra_alpha | stateful |" in text and "## Where the thread pool pays" in text
+
+
+def test_two_processes_table_says_which_pairs_did_not_finish():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import two_processes
+
+    row = {"model": "m", "workload": "training", "alone_s": 1.0,
+           "every core": {"finished": False, "after_s": 36.0},
+           "half the cores": {"finished": True, "seconds": [2.0, 4.0], "kept": [0.5, 0.25], "threads": 1}}
+    text = two_processes.markdown({"machine_line": "a CPU", "date": "d", "repeats": 3, "tokens": 64, "steps": 1,
+                                   "min_parallel_step_macs": 2**19, "pairs": [row], "crossover": []})
+    assert ("| m | training | 1.000 s | as with the rule (no product under it) | not finished after 36.0 s | "
+            "2.000 s (50%), 4.000 s (25%) |") in text

@@ -9,12 +9,20 @@ as in a repository where they are done), and reads the timing file each stage wr
 (`rnnlm.timing`: reports/timing/<stage>.json). Beside it, the full-scale figures the study holds:
 the median training seconds of each model's collected runs and, for runs collected with timing
 files, their evaluate stage. Run it on an idle machine: a second busy process changes everything.
+
+`--full-evaluation` times the evaluate stage at full scale instead, part by part, for each model
+trained one step of one epoch (`epochs: 1`, `steps_per_epoch: 1` in the scratch copy's params; what
+an evaluation costs does not depend on the weights, and its first-epoch part still runs):
+
+    PYTHONPATH=src python benchmarks/stage_times.py --corpus PATH --full-evaluation --models astra_gamma \
+        --markdown reports/speed/evaluate-full-NAME.md --json reports/speed/evaluate-full-NAME.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -50,6 +58,46 @@ def quick_runs(models: list[str], corpus: Path, steps_scale: float, log) -> list
             rows.append({"model": model, "wall_s": run_s, "stage_s": stages, "timing": timings})
             print(f"  {model}: {rows[-1]['wall_s']:.0f} s", flush=True)
     return rows
+
+
+def one_step_entry(params_text: str, model: str) -> str:
+    """params.yaml's text with `model`'s entry trained for one step of one epoch (comments kept)."""
+    lines = params_text.splitlines(keepends=True)
+    start = lines.index(f"  {model}:\n")
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"^  \S", lines[i]) or re.match(r"^\S", lines[i])),
+               len(lines))
+    block = "".join(lines[start:end])
+    block = re.sub(r"(?m)^(    epochs:) .*$", r"\1 1", block, count=1)
+    block = re.sub(r"(?m)^(    steps_per_epoch:) .*$", r"\1 1", block, count=1)
+    return "".join(lines[:start]) + block + "".join(lines[end:])
+
+
+def full_evaluations(models: list[str], corpus: Path, log, each=lambda rows: None) -> list[dict[str, object]]:
+    """Each model, trained one step, through the stages at full scale; its evaluate stage's timing.
+    `each(rows)` after every model: a long run's report is written as it goes."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = scratch_copy(Path(tmp))
+        for model in models:
+            (work / "params.yaml").write_text(one_step_entry((REPO / "params.yaml").read_text(), model))
+            run_stages(model, corpus, work, log, steps_scale=1.0)
+            rows.append({"model": model, "evaluate": json.loads((work / "reports/timing/evaluate.json").read_text())})
+            print(f"  {model}: evaluate {rows[-1]['evaluate']['wall_s']:.0f} s", flush=True)
+            each(rows)
+    return rows
+
+
+def evaluation_markdown(report: dict[str, object]) -> str:
+    lines = ["# Full-scale evaluation per part", "",
+             f"Written by `benchmarks/stage_times.py --full-evaluation` on {report['machine']}: each model trained "
+             "one step (the cost of an evaluation does not depend on the weights), then the evaluate stage at full "
+             "scale; seconds of wall time from the stage's own timing file (CPU seconds in the JSON).", "",
+             *table_head(["model", "evaluate", *EVALUATE_PARTS], "l" + "r" * (1 + len(EVALUATE_PARTS)))]
+    for row in report["full_evaluation"]:
+        parts = row["evaluate"]["parts"]
+        lines.append(table_row([row["model"], f"{row['evaluate']['wall_s']:.1f}",
+                                *(f"{parts.get(p, {}).get('wall_s', 0.0):.1f}" for p in EVALUATE_PARTS)]))
+    return "\n".join(lines) + "\n"
 
 
 def full_scale(study: Path, models: list[str]) -> dict[str, dict[str, object]]:
@@ -98,6 +146,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
     parser.add_argument("--models", nargs="+", help="entries of params.yaml (default: all)")
     parser.add_argument("--steps-scale", type=float, default=0.01)
+    parser.add_argument("--full-evaluation", action="store_true",
+                        help="time the evaluate stage at full scale, per part, of each model trained one step")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--log", type=Path, default=Path("/tmp/stage_times.log"), help="the stages' output")
@@ -105,16 +155,25 @@ def main() -> None:
     if not args.corpus.is_file():
         sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
     models = args.models or list(load_params(REPO / "params.yaml").models)
+    machine = timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=True))
+
+    def write(report: dict[str, object]) -> str:
+        text = evaluation_markdown(report) if args.full_evaluation else markdown(report)
+        if args.markdown:
+            write_text_atomic(args.markdown, text)
+        if args.json:
+            write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+        return text
+
     with open(args.log, "w") as log:
-        quick = quick_runs(models, args.corpus.resolve(), args.steps_scale, log)
-    report = {"machine": timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=True)),
-              "steps_scale": args.steps_scale, "quick": quick, "full": full_scale(REPO / "reports/study", models)}
-    text = markdown(report)
-    print(text)
-    if args.markdown:
-        write_text_atomic(args.markdown, text)
-    if args.json:
-        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+        if args.full_evaluation:
+            report = {"machine": machine, "full_evaluation": full_evaluations(
+                models, args.corpus.resolve(), log, each=lambda rows: write({"machine": machine, "full_evaluation": rows}))}
+        else:
+            report = {"machine": machine, "steps_scale": args.steps_scale,
+                      "quick": quick_runs(models, args.corpus.resolve(), args.steps_scale, log),
+                      "full": full_scale(REPO / "reports/study", models)}
+    print(write(report))
 
 
 if __name__ == "__main__":

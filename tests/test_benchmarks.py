@@ -290,6 +290,25 @@ def test_the_stage_times_table_names_every_stage_and_part():
     assert "| leviathan | 4 | 208 | — | NVIDIA H200 |" in text
 
 
+def test_a_full_evaluation_is_timed_on_a_model_trained_one_step():
+    """--full-evaluation rewrites only the chosen entry's epochs and steps (comments and every other
+    entry as they were), and its table gives each evaluate part's seconds."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import stage_times
+    import yaml
+
+    text = (REPO_ROOT / "params.yaml").read_text()
+    changed = stage_times.one_step_entry(text, "astra_gamma")
+    before, after = yaml.safe_load(text), yaml.safe_load(changed)
+    assert (after["models"]["astra_gamma"]["epochs"], after["models"]["astra_gamma"]["steps_per_epoch"]) == (1, 1)
+    after["models"]["astra_gamma"].update({k: before["models"]["astra_gamma"][k] for k in ("epochs", "steps_per_epoch")})
+    assert after == before and changed.count("\n") == text.count("\n") and "# " in changed
+    parts = {p: {"wall_s": float(i), "cpu_s": 0.0} for i, p in enumerate(stage_times.EVALUATE_PARTS)}
+    table = stage_times.evaluation_markdown({"machine": "a CPU", "full_evaluation": [
+        {"model": "astra_gamma", "evaluate": {"wall_s": 224.8, "parts": parts}}]})
+    assert "| astra_gamma | 224.8 | 0.0 | 1.0 | 2.0 | 3.0 | 4.0 | 5.0 |" in table
+
+
 def test_two_processes_times_each_way_and_the_crossover(tmp_path):
     """`two_processes.py --quick`: the workload alone, then two processes in each of the three ways,
     and the per-step product on and off the pool; the tables and the JSON say what ran."""

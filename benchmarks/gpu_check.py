@@ -54,9 +54,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import timing  # noqa: E402
 from pipeline_runs import run_stages, scratch_copy  # noqa: E402
 import training_speed  # noqa: E402
+from gpu_profile import profile  # noqa: E402
 
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
-from rnnlm.study.collect import FOLDER  # noqa: E402
+from rnnlm.study.experiments import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
 from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
@@ -117,57 +118,6 @@ def run_speed(models: list[str], repeats: int) -> dict[str, object]:
         r["x_step_by_step"] = by[(r["model"], "step-by-step")] / r["ms_per_step"]
         r["x_cudnn"] = by[(r["model"], "PyTorch")] / r["ms_per_step"]
     return {"matmul_gflops": matmul, "repeats": repeats, "rows": rows, "errors": errors}
-
-
-def profile(models: list[str]) -> str:
-    """Where a training step's GPU time goes: the kernels of ours (eager) by total time, and the
-    latency of one per-step product and one elementwise kernel, each replayed 200 times in a graph."""
-    device = torch.device("cuda")
-    out = []
-    configs = timing.model_configs(str(REPO / "params.yaml"), models, 1)
-    for name, config in configs.items():
-        data = torch.randint(config.vocab_size, (64, 129), device=device)
-        tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-        _, step = training_speed.our_training_step(config, tokens, targets, device, graph=False)
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            step()
-            torch.cuda.synchronize()
-        out.append(f"## {name}: kernels of one eager step\n")
-        out.append(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
-    for hidden in (128, 256, 512, 768, 1024):
-        for cols in (hidden, 2 * hidden, 4 * hidden):
-            h = torch.randn(64, hidden, device=device)
-            w = torch.randn(cols, hidden, device=device)
-            acc = torch.randn(64, cols, device=device)
-            out.append(f"addmm_ (64x{hidden}) @ ({hidden}x{cols}): {_graph_us(lambda: acc.addmm_(h, w.T)):.2f} us")
-        x = torch.randn(64, hidden, device=device)
-        out.append(f"sigmoid_ (64x{hidden}): {_graph_us(lambda: x.sigmoid_()):.2f} us")
-    return "\n".join(out)
-
-
-def _graph_us(fn, repeats: int = 200) -> float:
-    """Microseconds per call of fn, replayed `repeats` times in one CUDA graph (median of 5 replays)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(repeats):
-            fn()
-    times = []
-    for _ in range(6):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / repeats)
-    return sorted(times[1:])[2]
 
 
 def check_pipeline(corpus: Path, log) -> dict[str, object]:

@@ -17,20 +17,17 @@ Every margin and tolerance below is ours (the study states none); each says why 
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 
-import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from rnnlm.reporting.markdown import table_head
-from rnnlm.study.rules import Above, Rule, Within, decide
-from rnnlm.study.stats import (CONFIDENCE, CONTRADICTED, NOT_MEASURED, SUPPORTED, Interval, combine, paired,
-                               seeds_needed, t_interval, welch)
+from rnnlm.study.evidence import (COMPARISON_HEADER, Claim, Comparison, Evidence, Finding, Judgement, between,
+                                  families, grus, needed_one, rounded, single, span, verdict_code)
+from rnnlm.study.logged_curves import curve_comparison, one_batch_noise, prediction_range, study_logs
+from rnnlm.study.rules import Above, Within, decide
+from rnnlm.study.stats import NOT_MEASURED, paired, t_interval
 
 NOT_BELOW_BIGRAM = -0.05
 """Claim 1 (bits per character): a stateless GRU is "no better than a bigram" when it lies at most
@@ -61,202 +58,15 @@ STUDY_VAL_LOSS = {"astra_alpha": ("last", 1.70), "astra_beta": ("last", 1.49), "
 """Claim 6's headline figures (nats per character, each from one random validation batch of the
 study's log) and whether each is the run's last epoch or its best."""
 
-STUDY_LOGS = Path(__file__).with_name("study_logs.tsv")
-"""The study's logged curves: model, epoch, training loss, one-batch validation loss."""
-
-SIMULATIONS = 20_000
-"""Draws of the prediction check for a best-over-epochs figure (a fixed generator: same bytes each time)."""
-
-
-def study_logs(path: Path = STUDY_LOGS) -> pd.DataFrame:
-    """The study's logged validation losses: model, epoch, train_loss, val_loss."""
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("#")]
-    rows = list(csv.DictReader(lines, delimiter="\t"))
-    return pd.DataFrame({"model": [r["model"] for r in rows], "epoch": [int(r["epoch"]) for r in rows],
-                         "train_loss": [float(r["train_loss"]) for r in rows],
-                         "val_loss": [float(r["val_loss"]) for r in rows]})
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the claims are judged from."""
-
-    frame: pd.DataFrame  # runs_frame: one row per full-scale run
-    epochs: pd.DataFrame  # epochs_frame: one row per epoch of each run
-    shapes: dict[str, tuple]  # model -> (cell, embd, hidden, layers), pairing the two tokenizations
-
-    def models(self) -> list[str]:
-        return list(dict.fromkeys(self.frame["model"]))
-
-    def values(self, model: str, figure: str) -> list[float]:
-        return self.frame.loc[self.frame["model"] == model, figure].dropna().tolist()
-
-    def mean(self, model: str, figure: str) -> float:
-        values = self.values(model, figure)
-        return sum(values) / len(values) if values else math.nan
-
-    def n(self, model: str) -> int:
-        return int((self.frame["model"] == model).sum())
-
-    def first(self, model: str, column: str):
-        return self.frame.loc[self.frame["model"] == model, column].iloc[0]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One quantity a claim turns on, its interval over seeds, its rule and what it decides."""
-
-    label: str
-    interval: Interval
-    rule: Rule
-    needed: int | None  # seeds per model to decide it at 80% power, at the difference and spread measured
-    note: str = ""
-    verdict: str = ""  # after Holm's step-down over the claim's comparisons (`Finding.judged`)
-
-    @property
-    def p(self) -> float | None:
-        """One-sided p-value of the claimed direction."""
-        return None if math.isnan(self.interval.estimate) else self.rule.p(self.interval)
-
-    @property
-    def alone(self) -> str:
-        """The verdict of this comparison's 95% interval by itself (no adjustment)."""
-        return NOT_MEASURED if math.isnan(self.interval.estimate) else self.rule.verdict(self.interval)
-
-    def row(self) -> str:
-        needed = "—" if self.needed is None else f"{self.needed}"
-        hw = "—" if self.interval.one_run else f"{self.interval.half_width:.3f}"
-        estimate = "—" if math.isnan(self.interval.estimate) else f"{self.interval.estimate:+.3f}"
-        p = "—" if self.p is None else ("< 0.001" if self.p < 0.001 else f"{self.p:.3f}")
-        alone = f"; {self.alone} at 95% alone" if self.alone != self.verdict and self.verdict != NOT_MEASURED else ""
-        note = "; ".join(x for x in (self.note, alone.lstrip("; ")) if x)
-        return (f"| {self.label} | {estimate} | {hw} | {self.interval.n} | {self.rule.sentence()} | {p} | "
-                f"{self.verdict}{f' ({note})' if note else ''} | {needed} |")
-
-    def record(self) -> dict[str, object]:
-        finite = not math.isnan(self.interval.estimate)
-        return {"comparison": self.label, "rule": self.rule.sentence(),
-                "estimate": _round(self.interval.estimate) if finite else None,
-                "low": _round(self.interval.low) if finite and not self.interval.one_run else None,
-                "high": _round(self.interval.high) if finite and not self.interval.one_run else None,
-                "n": self.interval.n, "p_one_sided": None if self.p is None else _round(self.p),
-                "verdict": self.verdict, "verdict_code": _code(self.verdict), "verdict_95_alone": self.alone,
-                "seeds_to_decide": self.needed}
-
-
-COMPARISON_HEADER = table_head(["comparison", "estimate", "± (95%)", "n", "rule", "p (one-sided)",
-                                "verdict (Holm, 5% per claim)", "seeds to decide (80% power)"], "lrrrlrlr")
-
-
-def _round(x: float) -> float:
-    return float(f"{x:.6g}")
-
-
-def _code(verdict: str) -> int:
-    """A verdict as a number `dvc metrics diff` can show: 1 supported, -1 contradicted, 0 otherwise."""
-    return 1 if verdict == SUPPORTED else -1 if verdict == CONTRADICTED else 0
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """What one claim's judge found: its comparisons, tables and the sentence of insight."""
-
-    comparisons: list[Comparison]
-    insight: str
-    table: list[str] = field(default_factory=list)  # the figures behind the comparisons
-    extra: list[str] = field(default_factory=list)  # further Markdown (claim 6's curve and prediction check)
-    record: dict[str, object] = field(default_factory=dict)  # further machine-readable figures
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claim of the study as we test it: its words, the question our rule asks, the rule, why its
-    edge is where it is, and the judge that measures it."""
-
-    text: str
-    question: str
-    rule: str
-    why: str
-    judge: Callable[[Evidence], Judgement]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One claim and what the numbers say about it."""
-
-    number: int
-    claim: Claim
-    judged: Judgement
-
-    @property
-    def comparisons(self) -> list[Comparison]:
-        return self.judged.comparisons
-
-    @property
-    def verdict(self) -> str:
-        return combine([c.verdict for c in self.comparisons])
-
-
-def _sd(values: list[float]) -> float | None:
-    return float(np.std(values, ddof=1)) if len(values) > 1 else None
-
-
-def _needed_one(values: list[float], distance: float) -> int | None:
-    """Seeds for a one-sample (or paired) interval to clear `distance` at the spread of `values`."""
-    spread = _sd(values)
-    return None if spread is None else seeds_needed(distance, spread)
-
-
-def _needed_two(a: list[float], b: list[float], distance: float) -> int | None:
-    """Seeds per model for Welch's interval to clear `distance`, each model at the spread measured
-    (a model with one run assumed to spread like the other)."""
-    spreads = [s for s in (_sd(a), _sd(b)) if s is not None]
-    if not spreads:
-        return None
-    return seeds_needed(distance, math.sqrt(sum(s * s for s in spreads) / len(spreads)), models=2)
-
-
-def _one(label: str, values: list[float], rule: Rule) -> Comparison:
-    interval = t_interval(values)
-    return Comparison(label, interval, rule, _needed_one(values, rule.distance(interval)))
-
-
-def _between(evidence: Evidence, larger: str, smaller: str, figure: str, label: str, rule: Rule,
-             unit: str) -> Comparison:
-    a, b = evidence.values(larger, figure), evidence.values(smaller, figure)
-    interval = welch(a, b)
-    return Comparison(f"{label}: {larger} − {smaller} ({unit})", interval, rule,
-                      _needed_two(a, b, rule.distance(interval)))
-
-
-def _span(values: list[float]) -> str:
-    if not values:
-        return "—"
-    return f"{min(values):.0f}" if min(values) == max(values) else f"{min(values):.0f}–{max(values):.0f}"
-
-
-def _grus(evidence: Evidence) -> list[str]:
-    return [m for m in evidence.models() if evidence.first(m, "cell") == "gru"]
-
-
-def families(evidence: Evidence) -> dict[str, list[str]]:
-    """The GRU models per tokenization, smallest to largest by parameters (families of two or more)."""
-    grouped: dict[str, list[str]] = {}
-    for model in _grus(evidence):
-        grouped.setdefault(evidence.first(model, "tokens"), []).append(model)
-    return {k: sorted(v, key=lambda m: evidence.first(m, "parameters")) for k, v in sorted(grouped.items())
-            if len(v) > 1}
-
-
 # ----- claim 1 ------------------------------------------------------------------------------------
 
 def _judge_bigram(evidence: Evidence) -> Judgement:
     rule = Above(NOT_BELOW_BIGRAM)
-    comparisons = [_one(f"{m}: stateless − bigram (bits/char)", evidence.values(m, "stateless_minus_bigram_bpc"), rule)
-                   for m in _grus(evidence)]
+    comparisons = [single(f"{m}: stateless − bigram (bits/char)", evidence.values(m, "stateless_minus_bigram_bpc"), rule)
+                   for m in grus(evidence)]
     table = table_head(["model", "n", "stateless", "bigram floor", "stateful"], "lrrrr")
     table += [f"| {m} | {evidence.n(m)} | {evidence.mean(m, 'stateless_bpc'):.3f} | "
-              f"{evidence.mean(m, 'bigram_bpc'):.3f} | {evidence.mean(m, 'stateful_bpc'):.3f} |" for m in _grus(evidence)]
+              f"{evidence.mean(m, 'bigram_bpc'):.3f} | {evidence.mean(m, 'stateful_bpc'):.3f} |" for m in grus(evidence)]
     above = [c.interval.estimate for c in comparisons]
     insight = "No GRU run collected yet." if not comparisons else (
         f"Side by side, the samples only show that stateless text is worse. Measured against the count bigram (a "
@@ -276,8 +86,8 @@ def _judge_capacity(evidence: Evidence) -> Judgement:
         for m in models:
             table.append(f"| {m} | {evidence.n(m)} | {evidence.first(m, 'parameters'):,.0f} | "
                          f"{evidence.mean(m, 'stateful_bpc'):.3f} | {evidence.mean(m, 'stateless_bpc'):.3f} | "
-                         f"{evidence.mean(m, 'gap_bpc'):.3f} | {_span(evidence.values(m, 'context_horizon'))} |")
-        comparisons += [_between(evidence, larger, smaller, "gap_bpc", "gap", rule, "bits/char")
+                         f"{evidence.mean(m, 'gap_bpc'):.3f} | {span(evidence.values(m, 'context_horizon'))} |")
+        comparisons += [between(evidence, larger, smaller, "gap_bpc", "gap", rule, "bits/char")
                         for smaller, larger in zip(models, models[1:])]
         gaps = " → ".join(f"{evidence.mean(m, 'gap_bpc'):.3f}" for m in models)
         notes.append(f"{tokens}: the mean gap goes {gaps} bits")
@@ -305,7 +115,7 @@ def _judge_subwords(evidence: Evidence) -> Judgement:
                         "known words, stateless", "training characters per epoch"], "lrrrrrr")
     comparisons, notes = [], []
     for scribe, astra in pairs:
-        comparisons.append(_between(evidence, scribe, astra, "gap_bpc", "gap", rule, "bits/char"))
+        comparisons.append(between(evidence, scribe, astra, "gap_bpc", "gap", rule, "bits/char"))
         for m in (scribe, astra):
             table.append(f"| {m} | {evidence.n(m)} | {evidence.mean(m, 'chars_per_token'):.2f} | "
                          f"{evidence.mean(m, 'gap_nats_per_token'):.3f} | {evidence.mean(m, 'gap_bpc'):.3f} | "
@@ -342,7 +152,7 @@ def _judge_first_epoch(evidence: Evidence) -> Judgement:
         interval = paired(rows["stateless_bpc"].tolist(), rows["first_epoch_stateful_bpc"].tolist())
         differences = (rows["stateless_bpc"] - rows["first_epoch_stateful_bpc"]).tolist()
         comparisons.append(Comparison(f"{m}: last stateless − epoch-1 stateful (bits/char, paired)", interval, rule,
-                                      _needed_one(differences, interval.estimate)))
+                                      needed_one(differences, interval.estimate)))
         per_epoch = evidence.first(m, "steps") / evidence.first(m, "epochs")
         table.append(f"| {m} | {len(rows)} | {rows['first_epoch_stateful_bpc'].mean():.3f} | "
                      f"{rows['stateless_bpc'].mean():.3f} | {per_epoch:,.0f} | "
@@ -369,8 +179,8 @@ def _judge_leviathan(evidence: Evidence, model: str = "leviathan") -> Judgement:
     later = evidence.values(model, "later_minus_early_best_val_loss")
     rises = evidence.values(model, "last_minus_best_val_loss")
     comparisons = [
-        _one(f"{model}: best after epoch 3 − best in epochs 1–3 (nats, paired)", later, Above(0.0)),
-        _one(f"{model}: last − best validation loss (nats, paired)", rises, Above(OVERFIT_RISE)),
+        single(f"{model}: best after epoch 3 − best in epochs 1–3 (nats, paired)", later, Above(0.0)),
+        single(f"{model}: last − best validation loss (nats, paired)", rises, Above(OVERFIT_RISE)),
     ]
     best = evidence.values(model, "best_epoch")
     insight = (f"On the whole validation split after every epoch: best at epoch {', '.join(f'{b:.0f}' for b in best)} "
@@ -382,80 +192,13 @@ def _judge_leviathan(evidence: Evidence, model: str = "leviathan") -> Judgement:
 
 # ----- claim 6 ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class OneBatchNoise:
-    """The study's estimator against the whole split, measured on our own character GRU runs: one
-    batch minus the whole split at every epoch that recorded both."""
-
-    mean: float
-    sd: float
-    count: int
-
-
-def one_batch_noise(evidence: Evidence) -> OneBatchNoise | None:
-    char_grus = [m for m in _grus(evidence) if evidence.first(m, "tokens") == "char"]
-    rows = evidence.epochs[evidence.epochs["model"].isin(char_grus)].dropna(subset=["val_batch_loss"])
-    residual = (rows["val_batch_loss"] - rows["val_loss"]).to_numpy()
-    if residual.size < 3:
-        return None
-    return OneBatchNoise(float(residual.mean()), float(residual.std(ddof=1)), int(residual.size))
-
-
-def curve_comparison(evidence: Evidence, model: str, logs: pd.DataFrame, noise: OneBatchNoise) -> Interval:
-    """The study's logged curve minus our seed-mean whole-split curve, averaged over the epochs it
-    logged. Its variance: the study's one-batch noise over those epochs (sd²/E, the batches drawn
-    independently) plus the seed effect of the study's one run and of our mean (s²(1 + 1/n), s the
-    spread over our seeds of the curve averaged over those epochs); degrees of freedom by
-    Welch-Satterthwaite. n = our seeds."""
-    theirs = logs[logs["model"] == model].set_index("epoch")["val_loss"]
-    ours = evidence.epochs[(evidence.epochs["model"] == model) & evidence.epochs["epoch"].isin(theirs.index)]
-    per_seed = ours.groupby("seed")["val_loss"].mean()  # each run's level over the logged epochs
-    seed_mean_curve = ours.groupby("epoch")["val_loss"].mean()
-    epochs = [e for e in theirs.index if e in seed_mean_curve.index]
-    estimate = float(np.mean([theirs[e] - seed_mean_curve[e] for e in epochs]))
-    n = len(per_seed)
-    if n < 2:
-        return Interval(estimate, estimate, estimate, n)
-    noise_var, seed_var = noise.sd**2 / len(epochs), float(per_seed.var(ddof=1)) * (1 + 1 / n)
-    total = noise_var + seed_var
-    df = total**2 / (noise_var**2 / (noise.count - 1) + seed_var**2 / (n - 1))
-    half = float(scipy_stats.t.ppf((1 + CONFIDENCE) / 2, df)) * math.sqrt(total)
-    return Interval(estimate, estimate - half, estimate + half, n, math.sqrt(total), df)
-
-
-def prediction_range(evidence: Evidence, model: str, which: str, epochs: int, noise: OneBatchNoise
-                     ) -> tuple[float, float] | None:
-    """Where the study's estimator would land for a new seed of ours, 95% of the time. "last": our
-    last-epoch whole-split mean plus the one-batch noise plus the seed spread (t, n - 1 degrees of
-    freedom); "best": the minimum over the study's first `epochs` epochs of one of our runs' curves
-    plus independent one-batch noise at each epoch, simulated (a fixed generator)."""
-    runs = evidence.epochs[evidence.epochs["model"] == model]
-    if which == "last":
-        last = runs[runs["epoch"] == runs["epoch"].max()]["val_loss"].to_numpy()
-        if last.size < 2:
-            return None
-        spread = math.sqrt(noise.sd**2 + last.var(ddof=1) * (1 + 1 / last.size))
-        half = float(scipy_stats.t.ppf((1 + CONFIDENCE) / 2, last.size - 1)) * spread
-        centre = float(last.mean()) + noise.mean
-        return centre - half, centre + half
-    curves = [group.sort_values("epoch")["val_loss"].to_numpy()[:epochs] for _, group in runs.groupby("seed")]
-    curves = [c for c in curves if c.size == epochs]
-    if len(curves) < 2:
-        return None
-    generator = np.random.default_rng(20261126)
-    picks = generator.integers(len(curves), size=SIMULATIONS)
-    draws = np.stack(curves)[picks] + generator.normal(noise.mean, noise.sd, size=(SIMULATIONS, epochs))
-    low, high = np.quantile(draws.min(axis=1), [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    return float(low), float(high)
-
-
 def _judge_study_losses(evidence: Evidence) -> Judgement:
     rule = Within(-VAL_LOSS_TOLERANCE, VAL_LOSS_TOLERANCE)
     noise, logs = one_batch_noise(evidence), study_logs()
     if noise is None:
         return Judgement([], "Too few runs record the study's one-batch estimator to measure its noise.")
     comparisons, curve_rows, checks, record = [], [], [], {"one_batch_noise": {
-        "mean": _round(noise.mean), "sd": _round(noise.sd), "epochs": noise.count}, "curves": {}, "predictions": {}}
+        "mean": rounded(noise.mean), "sd": rounded(noise.sd), "epochs": noise.count}, "curves": {}, "predictions": {}}
     for model, (which, theirs) in STUDY_VAL_LOSS.items():
         if model not in set(evidence.frame["model"]):
             continue
@@ -466,15 +209,15 @@ def _judge_study_losses(evidence: Evidence) -> Judgement:
                                       None, "" if interval.n > 1 else "one seed of ours: no seed spread"))
         curve_rows.append(f"| {model} | {len(logged)} | {interval.n} | {interval.estimate:+.3f} | "
                           f"{'—' if interval.one_run else f'{interval.half_width:.3f}'} |")
-        record["curves"][model] = {"epochs": len(logged), "seeds": interval.n, "mean_difference": _round(
-            interval.estimate), "half_width": None if interval.one_run else _round(interval.half_width)}
+        record["curves"][model] = {"epochs": len(logged), "seeds": interval.n, "mean_difference": rounded(
+            interval.estimate), "half_width": None if interval.one_run else rounded(interval.half_width)}
         predicted = prediction_range(evidence, model, which, len(logged), noise)
         inside = predicted is not None and predicted[0] <= theirs <= predicted[1]
         ranged = "—" if predicted is None else f"{predicted[0]:.3f} to {predicted[1]:.3f}"
         checks.append(f"| {model} | {which} {theirs:.2f} | {ranged} | {'yes' if inside else 'no' if predicted else '—'} |")
         record["predictions"][model] = {"which": which, "the_study": theirs, "inside": inside if predicted else None,
-                                        "low": None if predicted is None else _round(predicted[0]),
-                                        "high": None if predicted is None else _round(predicted[1])}
+                                        "low": None if predicted is None else rounded(predicted[0]),
+                                        "high": None if predicted is None else rounded(predicted[1])}
     extra = ["Our seed-mean validation curve on the whole split against the study's logged curve (one random batch "
              "per epoch), epoch by epoch:", "",
              *table_head(["model", "epochs the study logged", "our seeds", "the study − ours (mean)", "± (95%)"],
@@ -509,13 +252,13 @@ def _judge_carried(evidence: Evidence) -> Judgement:
     table = table_head(["model", "training", "n", "stateful", "stateless", "gap", "context horizon over seeds",
                         "context 256", "context 1024"], "llrrrrrrr")
     for carried, reset in pairs:
-        comparisons.append(_between(evidence, reset, carried, "stateful_bpc", "stateful", Above(CARRIED_STATEFUL),
+        comparisons.append(between(evidence, reset, carried, "stateful_bpc", "stateful", Above(CARRIED_STATEFUL),
                                     "bits/char"))
-        comparisons.append(_between(evidence, carried, reset, "gap_bpc", "gap", Above(MARGIN), "bits/char"))
+        comparisons.append(between(evidence, carried, reset, "gap_bpc", "gap", Above(MARGIN), "bits/char"))
         for m in (reset, carried):
             table.append(f"| {m} | {evidence.first(m, 'training')} | {evidence.n(m)} | "
                          f"{evidence.mean(m, 'stateful_bpc'):.3f} | {evidence.mean(m, 'stateless_bpc'):.3f} | "
-                         f"{evidence.mean(m, 'gap_bpc'):.3f} | {_span(evidence.values(m, 'context_horizon'))} | "
+                         f"{evidence.mean(m, 'gap_bpc'):.3f} | {span(evidence.values(m, 'context_horizon'))} | "
                          f"{evidence.mean(m, 'context_256_bpc'):.3f} | {evidence.mean(m, 'context_1024_bpc'):.3f} |")
     if not pairs:
         insight = ("No model trained with the state carried has runs beside its reset twin yet (params.yaml's "
@@ -615,7 +358,7 @@ def findings_markdown(found: list[Finding]) -> list[str]:
 def findings_record(found: list[Finding]) -> dict[str, object]:
     """reports/study/findings.json: per claim its verdict and every comparison's figures."""
     return {f"claim_{f.number}": {"claim": f.claim.text, "rule": f.claim.rule, "verdict": f.verdict,
-                                  "verdict_code": _code(f.verdict), "comparisons": [c.record() for c in f.comparisons],
+                                  "verdict_code": verdict_code(f.verdict), "comparisons": [c.record() for c in f.comparisons],
                                   **f.judged.record} for f in found}
 
 

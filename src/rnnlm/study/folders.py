@@ -22,7 +22,8 @@ import yaml
 
 from rnnlm.errors import ParamsError, RnnlmError
 from rnnlm.params import model_entry
-from rnnlm.study.collect import QUICK, leftovers, seed_folder_name
+from rnnlm.study.collect import leftovers
+from rnnlm.study.experiments import QUICK, seed_folder_name
 
 
 class StudyFolderError(RnnlmError):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rnnlm.errors import RnnlmError
-from rnnlm.study.collect import find_runs, seed_folder_name
+from rnnlm.study.experiments import find_runs, seed_folder_name
 
 
 class StudyError(RnnlmError):

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from rnnlm.study.collect import find_runs, seed_folder_name
+from rnnlm.study.experiments import find_runs, seed_folder_name
 from rnnlm.study.queue import StudyError, experiment_name
 from rnnlm.study.slurm import pushed_names, slurm_states
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files

@@ -81,9 +81,11 @@ def _child(name: str, workload: str, tokens: int, steps: int, repeats: int, star
         generate(model, [0], mode="stateful", decoding=Decoding("temperature", temperature=1.0),
                  max_new_tokens=max(1, tokens // 8), generator=make_generator(0))
 
-    step = EagerStep(model, make_optimizer(model, 1e-3, 0.01, torch.device("cpu"), graph=False), 1.0)
+    step = None
 
     def training() -> None:
+        nonlocal step
+        step = step or EagerStep(model, make_optimizer(model, 1e-3, 0.01, torch.device("cpu"), graph=False), 1.0)
         model.train()
         for _ in range(steps):
             step(data[:, :-1], data[:, 1:])

@@ -46,7 +46,7 @@ from rnnlm import backend  # noqa: E402
 from rnnlm.atomic import write_text_atomic  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 
-from timing import machine, machine_line, model_configs, shrunk  # noqa: E402
+from timing import machine, machine_line, model_configs  # noqa: E402
 
 WORKLOADS = ("stateful", "sampling", "training")
 WAYS = ("every core, no rule", "every core", "half the cores")

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rnnlm.evaluation import context
 from rnnlm.evaluation.context import ContextCurve, ContextError, context_curve, context_nll, target_positions
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
@@ -32,13 +33,39 @@ def test_targets_are_a_seeded_sorted_sample_with_room_for_the_longest_context():
 
 
 @pytest.mark.parametrize("c", [1, 3, 17])
-def test_batched_losses_equal_a_loop_over_targets(c):
+def test_batched_losses_equal_a_loop_over_targets(c, monkeypatch):
+    monkeypatch.setattr(context, "MIN_WINDOWS", 1)
     model = _gru()
     positions = target_positions(IDS.numel(), 32, 25, seed=1)
-    batched = context_nll(model, IDS, positions, c, batch_tokens=7 * c)  # several batches
+    batched = context_nll(model, IDS, positions, c, batch_tokens=7 * c)  # several batches of 7 windows
     with torch.no_grad():
         naive = [F.cross_entropy(model(IDS[t - c : t][None])[0][0, -1], IDS[t]) for t in positions.tolist()]
     torch.testing.assert_close(batched, torch.stack(naive), rtol=1e-12, atol=1e-12)
+
+
+def test_a_batch_holds_at_least_min_windows_and_fewer_tokens_for_a_wider_model(monkeypatch):
+    calls = []
+    model = _gru()
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda w, **kw: calls.append(w.shape) or forward(w, **kw))
+    context_nll(model, IDS, target_positions(IDS.numel(), 32, 150, seed=1), 32, batch_tokens=32 * 10)
+    assert calls == [(context.MIN_WINDOWS, 32), (context.MIN_WINDOWS, 32), (150 - 2 * context.MIN_WINDOWS, 32)]
+    wide = RecurrentLM(ModelConfig("gru", vocab_size=12, embd=6, hidden=1024, layers=1))
+    assert context.batch_tokens_for(model) == 2**24 // 10 and context.batch_tokens_for(wide) == 16384
+
+
+@pytest.mark.parametrize("make", [_gru, lambda: WindowMLP(ModelConfig("mlp", vocab_size=12, embd=5, hidden=16, layers=1,
+                                                                      window=8)).double().eval()])
+def test_the_last_step_alone_is_the_last_step_of_the_whole_forward(make):
+    model = make()
+    tokens = IDS[:60].view(3, 20)
+    with torch.no_grad():
+        whole, whole_state = model(tokens)
+        last, last_state = model(tokens, last_only=True)
+    assert last.shape == (3, 1, 12)
+    torch.testing.assert_close(last[:, 0], whole[:, -1], rtol=1e-12, atol=1e-12)  # a product of fewer rows
+    assert all(torch.equal(a, b) for a, b in zip(torch.utils._pytree.tree_leaves(whole_state),
+                                                 torch.utils._pytree.tree_leaves(last_state)))
 
 
 def test_carried_losses_equal_a_token_by_token_stream():

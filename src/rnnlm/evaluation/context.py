@@ -16,7 +16,8 @@ The targets are a seeded sample (without replacement) of the positions that have
 max(c) tokens before them, so every c is measured on the same targets. For SentencePiece models c
 counts pieces; the curve also gives the mean number of characters the c pieces span. Everything is
 batched: all targets of one c go through the model as (targets, c) windows, a few thousand tokens
-per batch, and the losses stay on the device until the curve is read once.
+per batch, the output layer only at each window's last step, and the losses stay on the device
+until the curve is read once.
 """
 
 from __future__ import annotations
@@ -89,21 +90,34 @@ def target_positions(n_tokens: int, max_context: int, count: int, seed: int) -> 
     return chosen.sort().values + max_context
 
 
+MIN_WINDOWS = 64
+"""Windows per batch at least: below this the per-step products of the long windows are too thin
+to keep the matrix units busy (measured by benchmarks/context_cost.py)."""
+
+
+def batch_tokens_for(model: LanguageModel) -> int:
+    """Tokens per batch of windows: 2^24 / hidden (131,072 for a hidden size of 128, 16,384 for
+    1,024), so that a batch's activations stay about the same size whatever the model's width."""
+    return max(1, 2**24 // model.config.hidden)
+
+
 @torch.no_grad()
-def context_nll(model: LanguageModel, ids: Tensor, positions: Tensor, c: int, batch_tokens: int = 32768) -> Tensor:
+def context_nll(model: LanguageModel, ids: Tensor, positions: Tensor, c: int, batch_tokens: int | None = None) -> Tensor:
     """Each target ids[t]'s loss in nats given exactly ids[t-c:t], from a zero state: (N,) on the
-    model's device (float32 at least). ids and positions are CPU int64 tensors."""
+    model's device (float32 at least). ids and positions are CPU int64 tensors; the windows go
+    through the model `batch_tokens` tokens at a time (default `batch_tokens_for(model)`), at least
+    MIN_WINDOWS windows at a time. How they are batched changes no loss beyond summation order."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     offsets = torch.arange(-c, 0)
     losses = []
-    step = max(1, batch_tokens // c)
+    step = max(MIN_WINDOWS, (batch_tokens or batch_tokens_for(model)) // c)
     for start in range(0, positions.numel(), step):
         t = positions[start : start + step]
         windows = ids[t[:, None] + offsets].to(device)  # (b, c)
-        logits, _ = model(windows)  # (b, c, V)
-        losses.append(F.cross_entropy(full_precision(logits[:, -1]), ids[t].to(device), reduction="none"))
+        logits, _ = model(windows, last_only=True)  # (b, 1, V)
+        losses.append(F.cross_entropy(full_precision(logits[:, 0]), ids[t].to(device), reduction="none"))
     model.train(was_training)
     return torch.cat(losses)
 

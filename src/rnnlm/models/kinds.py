@@ -1,8 +1,8 @@
 """Every kind of model, one line each, and the model a config or a params entry describes.
 
 In:  a `ModelConfig` (or a params entry and a vocabulary size).
-Out: a new model with one interface, `forward(tokens (B, T), state=None) -> (logits (B, T, V),
-     state)`, its `.config` and its `description()`; `summary(model, name)` describes any of them
+Out: a new model with one interface, `forward(tokens (B, T), state=None, last_only=False) ->
+     (logits (B, T, V), or (B, 1, V) for the last step alone, state)`, its `.config` and its `description()`; `summary(model, name)` describes any of them
      for people (`python -m rnnlm.describe NAME` prints it).
 """
 
@@ -21,7 +21,8 @@ MODELS = {RECURRENT: RecurrentLM, WINDOW_MLP: WindowMLP}
 """Each `ModelConfig.kind`'s model class."""
 
 LanguageModel = Union[RecurrentLM, WindowMLP]
-"""Every model: `forward(tokens (B, T), state=None) -> (logits (B, T, V), state)` and `.config`."""
+"""Every model: `forward(tokens (B, T), state=None, last_only=False) -> (logits (B, T, V), state)`
+and `.config`."""
 
 
 def model_from_config(config: ModelConfig) -> LanguageModel:

@@ -38,8 +38,11 @@ class RecurrentLM(nn.Module):
         self.norm = nn.LayerNorm(config.hidden) if config.layer_norm else None
         self.head = nn.Linear(config.hidden, config.vocab_size)
 
-    def forward(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
-        """tokens (B, T) int64, state per layer or None -> logits (B, T, V), new state per layer.
+    def forward(self, tokens: Tensor, state: ModelState | None = None,
+                last_only: bool = False) -> tuple[Tensor, ModelState]:
+        """tokens (B, T) int64, state per layer or None -> logits (B, T, V), new state per layer;
+        `last_only`: the logits of the last step alone, (B, 1, V), for a caller that reads only the
+        next token's distribution (the context curve), without the output product at every step.
 
         Runs time-major inside (the logits are a (B, T, V) view of (T, B, V) memory). The embedding
         and the first layer's input matrix are applied as one table of V rows, `first_layer_table`:
@@ -58,6 +61,8 @@ class RecurrentLM(nn.Module):
             new_state.append(layer_state)
             if self.between is not None and i < len(self.layers) - 1:
                 x = self.between(x)
+        if last_only:
+            x = x[-1:]  # (1, B, H)
         if self.norm is not None:
             x = self.norm(x)
         return linear(x, self.head.weight, self.head.bias).transpose(0, 1), tuple(new_state)  # (B, T, V)

@@ -41,12 +41,15 @@ class WindowMLP(nn.Module):
         """A window of padding only: (B, window - 1)."""
         return like.new_full((batch, self.window - 1), self.pad)
 
-    def forward(self, tokens: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """tokens (B, T) int64, state (B, window - 1) or None -> logits (B, T, V), new state."""
+    def forward(self, tokens: Tensor, state: Tensor | None = None, last_only: bool = False) -> tuple[Tensor, Tensor]:
+        """tokens (B, T) int64, state (B, window - 1) or None -> logits (B, T, V), new state;
+        `last_only`: the logits of the last step alone, (B, 1, V)."""
         if state is None:
             state = self.zero_state(tokens.shape[0], tokens)
         context = torch.cat([state, tokens], dim=1)  # (B, window - 1 + T)
         windows = context.unfold(1, self.window, 1)  # (B, T, window): tokens t - window + 1 .. t
+        if last_only:
+            windows = windows[:, -1:]  # (B, 1, window)
         x = self.embedding(windows).flatten(2)  # (B, T, window * E)
         for layer in self.layers:
             x = self.dropout(torch.tanh(layer(x)))  # (B, T, hidden)

@@ -90,9 +90,10 @@ def target_positions(n_tokens: int, max_context: int, count: int, seed: int) -> 
     return chosen.sort().values + max_context
 
 
-MIN_WINDOWS = 64
-"""Windows per batch at least: below this the per-step products of the long windows are too thin
-to keep the matrix units busy (measured by benchmarks/context_cost.py)."""
+MIN_WINDOWS = 32
+"""Windows per batch at least: fewer make the per-step products of the long windows too thin to
+keep the matrix units busy; more make a wide model's batch of long windows too large for the caches
+(benchmarks/context_cost.py measures both)."""
 
 
 def batch_tokens_for(model: LanguageModel) -> int:

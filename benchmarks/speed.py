@@ -11,7 +11,9 @@ implementations are warmed up, then timed in turn, round after round, so that wh
 machine does falls on all of them alike. Reported numbers are medians over the rounds.
 
 Training step: forward, cross-entropy, backward, gradient clipping, AdamW, on random tokens of the
-model's batch and sequence length, in training mode (dropout on). GFLOP/s counts 6 x (our model's
+model's batch and sequence length, in training mode (dropout on). For a cell with loops of its own,
+"ours, autograd scan" is our step with each layer scanned through autograd over the cell's `recur`
+instead (what a new cell without loops runs): what the loops buy. GFLOP/s counts 6 x (our model's
 parameters) x tokens per step, the same work for every implementation, and is compared with the
 machine's limit: a large float32 matrix product measured at the start through both GEMM libraries
 PyTorch ships on the CPU, MKL (`torch.mm`, and `mkl::_mkl_linear` with its weight packed once) and

@@ -1,5 +1,6 @@
-"""The training-step benchmark: our step beside the study's step-by-step cell, PyTorch's recurrent
-layers, the matrix products of our step alone and the machine's limit, timed side by side
+"""The training-step benchmark: our step beside the same step scanned through autograd (what the
+loops buy), the study's step-by-step cell, PyTorch's recurrent layers, the matrix products of our
+step alone and the machine's limit, timed side by side
 (`benchmarks/speed.py`'s docstring says what each figure means)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm import backend  # noqa: E402
 from rnnlm.models.cells import CELLS  # noqa: E402
+from rnnlm.models.cells.base import autograd_scan  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.kinds import count_parameters  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402
@@ -48,6 +50,16 @@ def our_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor, devi
     model = RecurrentLM(config).to(device).train()
     step = make_training_step(model, make_optimizer(model, 1e-3, 0.01, device, graph), 1.0, device, graph)
     return count_parameters(model), lambda: step(tokens, targets)
+
+
+def autograd_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor, device: torch.device):
+    """Our training step with every layer scanned through autograd (`autograd_scan`, what a cell
+    without loops of its own runs) instead of its cell's loops: what the loops buy."""
+    model = RecurrentLM(config).to(device).train()
+    for layer in model.layers:
+        layer._scan = functools.partial(autograd_scan, layer.cell)  # (products, state, masks)
+    step = make_training_step(model, make_optimizer(model, 1e-3, 0.01, device, False), 1.0, device, False)
+    return lambda: step(tokens, targets)
 
 
 def step_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], Tensor]:
@@ -132,6 +144,8 @@ def training_contenders(config: ModelConfig, tokens: Tensor, targets: Tensor, de
     if "step-by-step" in references:
         contenders["step-by-step"] = reference_training_step(references["step-by-step"], tokens, targets)
     contenders["ours"] = ours
+    if CELLS[config.cell].python_loops is not None:
+        contenders["ours, autograd scan"] = autograd_training_step(config, tokens, targets, device)
     if device.type == "cuda":
         contenders["ours (graph)"] = our_training_step(config, tokens, targets, device, graph=True)[1]
     if "PyTorch" in references:

@@ -209,9 +209,9 @@ def tiny_models(params: dict) -> None:
     """Every model the tests train made tiny: seconds per run on a CPU."""
     small_tokenizer(params)
     params["train"].update({"batch_size": 4, "seq_len": 16, "device": "cpu"})
-    # the context curve at 4 lengths and 100 targets: its full size alone took 8 s of each evaluate stage
+    # the context curve at 4 lengths and 100 targets: at full size it would be most of each evaluate stage
     params["evaluate"].update({"context_targets": 100, "context_lengths": [1, 2, 4, 8]})
-    for name in ("astra_alpha", "rnn_alpha", "scribe_alpha", "leviathan"):
+    for name in ("astra_alpha", "rnn_alpha", "scribe_alpha", "leviathan", "mgu_alpha"):
         params["models"][name].update({"embd": 8, "hidden": 12, "layers": 1, "epochs": 2, "steps_per_epoch": 3})
 
 
@@ -263,7 +263,7 @@ def in_process(monkeypatch, capsys):
     """`call(command, cwd)` runs one of our command lines inside this test's process, as a subprocess
     would (exit status, stdout and stderr in a CompletedProcess) but without starting an interpreter
     and importing PyTorch, seconds each. `command` is `[script, *args]` or `["-m", module, *args]`,
-    ending in `rnnlm.errors.run_main`. Only for commands that leave no process-wide setting behind:
+    ending in `rnnlm.command_line.run_main`. Only for commands that leave no process-wide setting behind:
     not the train and evaluate stages, which set the allocator (`keep_freed_memory`)."""
     def call(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
         command = [str(word) for word in command]

@@ -1,11 +1,11 @@
 """A cell that lives in the tests, not in the library: a softsign RNN, h' = s / (1 + |s|) with
 s = W_x x + b + W_h h.
 
-It has what a cell must have (its readable `step`, its Python loops, its layer and its `CellSpec`;
-having the tanh RNN's shape, its layer reuses that one's autograd Function) and nothing else: no
-`.cpp` file, no Triton module. `tests/conftest.py` adds it to the registry with one line, so every
-test that runs "each cell" runs it too, on its Python loops, which is what a new cell without
-compiled loops gets.
+It has a cell's maths (`recur`) and, as a cell may, hand-written Python loops, its layer and its
+`CellSpec` (having the tanh RNN's shape, its layer reuses that one's autograd Function), and nothing
+else: no `.cpp` file, no Triton module. `tests/conftest.py` adds it to the registry with one line,
+so every test that runs "each cell" runs it too, on its Python loops, which is what a cell with
+loops but no compiled ones gets. (`mgu`, in the library, is a cell with no loops at all.)
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def softsign_(s: Tensor) -> Tensor:
 class SoftsignCell(RNNCell):
     """h' = softsign(W_x x + b + W_h h): the tanh RNN's parameters (I*H + H + H*H), another squashing."""
 
-    def step(self, x: Tensor, h: Tensor) -> Tensor:
-        s = x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T
+    def recur(self, gates_x: Tensor, h: Tensor) -> Tensor:
+        s = gates_x + h @ self.weight_hh.T
         return s / (1 + s.abs())
 
 

@@ -241,7 +241,7 @@ def test_training_products_alone_does_every_product_of_a_step_and_no_other(cell)
 def test_a_cell_without_references_is_timed_beside_its_products_alone():
     """The benchmarks learn what they need of a cell from its spec: the test's softsign cell, which
     PyTorch has no layer of and the study no step-by-step cell, gets ours, its products alone and
-    the limit, with dashes where a reference would be."""
+    the limit, with dashes where a reference would be; a cell with loops also its autograd scan."""
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import sampling_speed
     import timing
@@ -253,7 +253,10 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
     cpu = torch.device("cpu")
     limit = timing.measure_limit(16, 1, cpu)
     rows = training_speed.benchmark_training("softsign", config, timing.QUICK, cpu, limit)
-    assert {r.implementation for r in rows} == {"ours", "products alone", training_speed.LIMIT}
+    assert {r.implementation for r in rows} == {"ours", "ours, autograd scan", "products alone", training_speed.LIMIT}
+    mgu = training_speed.benchmark_training("mgu", ModelConfig("mgu", vocab_size=11, embd=5, hidden=6, layers=1),
+                                            timing.QUICK, cpu, limit)
+    assert {r.implementation for r in mgu} == {"ours", "products alone", training_speed.LIMIT}  # autograd is ours
     table = training_speed.training_table(training_speed.training_records(rows, {"softsign": config}))
     assert "| softsign | ours |" in table and "| — | — |" in table
     sampled = sampling_speed.sampling_table(sampling_speed.sampling_records(

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rnnlm.models.cells import CELLS
+from rnnlm.models.cells.base import autograd_scan
 from rnnlm.models.cells.gru import GRUCell
 
 
@@ -165,10 +166,34 @@ def test_scan_consumes_its_products_and_refuses_a_second_backward(cell, backend)
     products = layer.input_products(x)
     before = products.detach().clone()
     hs, _ = layer.scan(products)
+    if CELLS[cell].python_loops is None:  # autograd's scan reads its products and keeps its graph
+        hs.sum().backward(retain_graph=True)
+        hs.sum().backward()
+        assert torch.equal(products.detach(), before)
+        return
     assert not torch.equal(products.detach(), before)  # now the activated gates
     hs.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         hs.sum().backward()
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_every_cells_scan_equals_autograd_through_its_recur(cell, backend):
+    """The generic scan (what a cell without loops runs) against each cell's own scan, values and
+    gradients, masks included: the loops are an optimisation of `recur`, nothing else."""
+    torch.manual_seed(1)
+    layer = _randomised(CELLS[cell].layer(6, 7))
+    x = torch.randn(3, 5, 6)
+    state = _random_state(layer, 3)
+    masks = (torch.rand(5, 3, 7) > 0.3).double() / 0.7
+
+    def generic(x, state, masks):
+        hs, final = autograd_scan(layer.cell, layer.input_products(x.transpose(0, 1)), state, masks)
+        return hs.transpose(0, 1), final
+
+    fast, slow = _run(layer, layer.forward, x, state, masks), _run(layer, generic, x, state, masks)
+    for a, b in zip([fast[0], fast[1], *fast[2]], [slow[0], slow[1], *slow[2]]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_scan_accepts_non_contiguous_products(backend):

@@ -31,6 +31,7 @@ EXACT_COUNTS = {
     "leviathan": 24_248_129,
     "rnn_alpha": 37_249,  # not in the study: Astra-alpha's sizes with the tanh cell
     "bengio_mlp": 67_697,  # not in the study: the fixed-window MLP baseline
+    "mgu_alpha": 61_953,  # not in the study: Astra-alpha's sizes with the minimal gated unit
 }
 
 
@@ -41,6 +42,10 @@ def _vocab(name: str) -> int:
 @pytest.mark.parametrize(("name", "count"), EXACT_COUNTS.items())
 def test_parameter_counts_are_exact(name, count):
     assert count_parameters(build_model(PARAMS.models[name], _vocab(name))) == count
+
+
+def test_every_model_of_params_has_its_count():
+    assert set(EXACT_COUNTS) == set(PARAMS.models)
 
 
 def test_no_pytorch_recurrent_modules_anywhere():

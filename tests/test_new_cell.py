@@ -1,11 +1,14 @@
-"""A cell is its own files plus one registry line: the softsign RNN of tests/softsign_cell.py, which
-has Python loops only and is registered by tests/conftest.py, trains through the library's training
-loop, samples in both modes and goes through every measure of the evaluate stage. (The equivalence
-tests that run on every registered cell run on it too.)"""
+"""A cell is its own file plus one registry line. Two of them train through the library's training
+loop, sample in both modes and go through every measure of the evaluate stage: the minimal gated
+unit (`models/cells/mgu.py`: its maths alone, run by autograd) and the softsign RNN of
+tests/softsign_cell.py (hand-written Python loops, no compiled ones; registered by tests/conftest.py).
+(The equivalence tests that run on every registered cell run on both too.)"""
 
 from __future__ import annotations
 
 import math
+
+import pytest
 
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.data.tokenizers import CharTokenizer
@@ -13,16 +16,18 @@ from rnnlm.evaluation.evaluate import evaluate
 from rnnlm.inference.decoding import Decoding, generate, make_generator
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.params import parse_params
-from rnnlm.reporting.generation_run import run_generations
+from rnnlm.inference.generation_run import run_generations
 from rnnlm.training.train import train
 from tests.conftest import synthetic_play
-from tests.softsign_cell import SPEC
+from rnnlm.models.cells import CELLS
+from tests.softsign_cell import SPEC as SOFTSIGN
 
 
-def test_a_cell_with_python_loops_only_trains_samples_and_is_evaluated(raw_params, tmp_path):
+@pytest.mark.parametrize("name", ["mgu", SOFTSIGN.name])
+def test_a_new_cell_trains_samples_and_is_evaluated(name, raw_params, tmp_path):
     text = synthetic_play(12_000)
     split, tokenizer = split_corpus(text, 0.9), CharTokenizer(character_vocabulary(text))
-    raw_params["models"]["astra_alpha"].update({"cell": SPEC.name, "embd": 8, "hidden": 16, "layers": 2, "epochs": 2,
+    raw_params["models"]["astra_alpha"].update({"cell": name, "embd": 8, "hidden": 16, "layers": 2, "epochs": 2,
                                                "steps_per_epoch": 15, "lr": 1e-2})
     raw_params["train"].update({"batch_size": 8, "seq_len": 24, "device": "cpu"})
     raw_params["generate"].update({"max_new_tokens": 12, "prompts": ["ROMEO: "]})
@@ -30,7 +35,7 @@ def test_a_cell_with_python_loops_only_trains_samples_and_is_evaluated(raw_param
     params = parse_params(raw_params)  # `cell:` accepts every registered cell
     result = train(params, "astra_alpha", tokenizer, split.train, split.val, resume_dir=tmp_path, progress=False)
     losses = [row["val_loss"] for row in result.history.epochs]
-    assert result.checkpoint.model_config.cell == SPEC.name and losses[-1] < math.log(tokenizer.vocab_size)
+    assert result.checkpoint.model_config.cell == name and losses[-1] < math.log(tokenizer.vocab_size)
 
     model = result.checkpoint.build_model()
     prompt = tokenizer.encode("ROMEO: ")
@@ -46,3 +51,18 @@ def test_a_cell_with_python_loops_only_trains_samples_and_is_evaluated(raw_param
     assert metrics["stateful_bpc"] < metrics["stateless_bpc"]  # it learned to use its state
     assert {"bigram_bpc", "context_horizon", "reset_curve_bpc", "text", "first_epoch"} <= metrics.keys()
     assert [point.k for point in curve][:3] == [1, 4, 16]
+
+
+def test_the_minimal_gated_unit_is_its_maths_in_a_few_lines():
+    """The worked example of docs/layout.md: no loops, no Function, no compiled or Triton file, and
+    the cell's file (its docstring aside) and its registry line under 40 lines."""
+    from pathlib import Path
+
+    from rnnlm.models.cells import mgu
+
+    spec = CELLS["mgu"]
+    assert spec.python_loops is None and spec.triton_module is None and spec.state_entries == 1
+    source = Path(mgu.__file__).read_text()
+    code = source[source.index('"""', 3) + 3 :].strip().splitlines()
+    assert len(code) + 1 < 40, len(code)
+    assert not Path(mgu.__file__).with_suffix(".cpp").exists()

@@ -131,6 +131,20 @@ def test_switching_back_restores_from_the_run_cache(train_repo):
     assert _metrics(train_repo) == first_metrics
 
 
+def test_a_cell_without_loops_runs_through_the_pipeline(train_repo):
+    """mgu_alpha (the minimal gated unit, autograd only) trains, samples and is evaluated by `dvc repro`;
+    switching back restores the default model from the run cache."""
+    _select(train_repo, "mgu_alpha")
+    run(["dvc", "repro"], train_repo)
+    assert _metrics(train_repo)["model"] == "mgu_alpha" and _metrics(train_repo)["steps"] == 6
+    generations = json.loads((train_repo / "reports/generations.json").read_text())
+    assert generations["model"] == "mgu_alpha" and {s["mode"] for s in generations["samples"]} == {"stateless", "stateful"}
+    metrics = json.loads((train_repo / "reports/metrics.json").read_text())
+    assert metrics["model"] == "mgu_alpha" and math.isfinite(metrics["stateful_bpc"]) and "context_horizon" in metrics
+    _select(train_repo, "astra_alpha")
+    assert "Stage 'train' is cached" in run(["dvc", "repro"], train_repo).stdout
+
+
 @pytest.mark.slow
 def test_exp_run_selects_a_model_and_exp_show_lists_it(train_repo):
     run(["git", "add", "-A"], train_repo)

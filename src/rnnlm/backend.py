@@ -60,7 +60,6 @@ import torch
 from rnnlm import native
 from rnnlm.errors import RnnlmError
 
-BACKENDS = ("python", "cpp", "triton")
 GEMMS = ("mkl", "onednn")
 GEMM_ENV = "RNNLM_GEMM"
 CPU = torch.device("cpu")
@@ -143,7 +142,10 @@ def _triton_loops(spec):
 def loops(spec, device: torch.device):
     """The loops (forward, backward, step) of the cell `spec` (a `CellSpec`) for `device`: the
     compiled functions its C++ file registered (`NAME_forward`, ...), its Triton module's `LOOPS`,
-    or its Python loops (with one note when the backend has none for this cell)."""
+    or its Python loops (with one note when the backend has none for this cell); None for a cell
+    with no loops at all (its layer runs it through autograd)."""
+    if spec.python_loops is None:
+        return None
     backend = backend_for(device)
     if backend == "cpp":
         module = _compiled()

@@ -1,11 +1,11 @@
 """The registry of recurrent cells: one line per cell.
 
-Adding a cell means adding its slice beside these (`NAME.py` with its cell, loops, autograd Function,
-layer and `SPEC`) and one line below; its compiled loops (`NAME.cpp`, which the C++ build finds and
-which registers them under the same name) and its Triton loops (`NAME_triton.py`, named in its
-`SPEC`) are optional: without them it runs its Python loops there, with one note saying so.
-params.yaml's `cell:` choices, the model's layers, the sampling stepper and the tests all read
-`CELLS`.
+Adding a cell means adding its module beside these (`NAME.py` with its cell's `recur`, its layer and
+its `SPEC`; `mgu.py` is the smallest) and one line below. Loops of its own are optional (Python loops
+with an autograd Function in `NAME.py`, compiled ones in `NAME.cpp`, which the C++ build finds and
+which registers them under the same name, Triton ones in `NAME_triton.py`, named in its `SPEC`):
+without them autograd runs its `recur`. params.yaml's `cell:` choices, the model's layers, the
+sampling stepper and the tests all read `CELLS`.
 
 The registry names each cell's module rather than importing it: the cells' names are known without
 PyTorch, so that the stages that only read params.yaml's other sections (download, prepare,
@@ -69,4 +69,5 @@ CELLS = Registry({
     "gru": "rnnlm.models.cells.gru",
     "lstm": "rnnlm.models.cells.lstm",
     "rnn": "rnnlm.models.cells.rnn",
+    "mgu": "rnnlm.models.cells.mgu",
 })

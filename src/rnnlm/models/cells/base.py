@@ -1,10 +1,12 @@
-"""What every recurrent cell shares: its weight layout, its layer over a sequence, the helpers of its
-hand-written backward pass, its one-token step for sampling, and its registry entry.
+"""What every recurrent cell shares: its weight layout, its layer over a sequence, the generic scan
+through autograd, the helpers of hand-written backward passes, its one-token step for sampling, and
+its registry entry.
 
-A cell is a vertical slice in this folder (`gru.py` + `gru.cpp` + `gru_triton.py`, and the same for
-`lstm` and `rnn`): its readable `step`, its per-step loops in Python (forward, backward, one token),
-its `torch.autograd.Function` that assembles the weight gradients, its layer, its sampling step and
-its `CellSpec`; the same loops compiled in C++; the same loops with the elementwise work fused into
+A cell is its maths, `Cell.recur` (one step from the input-side pre-activations), in a module of
+this folder with its layer and its `CellSpec` (`mgu.py`: nothing else). A cell may add loops as the
+optimisation (`gru.py` + `gru.cpp` + `gru_triton.py`, and the same for `lstm` and `rnn`): per-step
+loops in Python (forward, backward, one token) with a `torch.autograd.Function` that assembles the
+weight gradients; the same loops compiled in C++; the same loops with the elementwise work fused into
 Triton kernels for CUDA. `rnnlm.models.cells.CELLS` registers the specs; everything else (params'
 `cell` choices, the model's layer table, the stepper, the C++ build, the tests) derives from it.
 
@@ -12,17 +14,19 @@ Layer in:  x (B, T, I), state (None means zeros), optional dropout masks (T, B, 
 Layer out: outputs (B, T, H) (the hidden state of every step) and the final state (see
 `rnnlm.models.state` for its format). Two forms compute the same function:
 
-- `reference_forward`: the cell's readable `step`, one time step after another;
+- `reference_forward`: the cell's `step` (its `recur` after the input product), one time step after
+  another, through autograd;
 - `forward` (training, scoring, the prompt of stateful sampling): the input-side products of all
   time steps in one matrix product (`input_products`), then `scan`: per step only the hidden-side
-  products and the gates, run by the loops that `rnnlm.backend` chooses for the device, with a
-  backward pass written by hand (autograd records none of the per-step work).
+  products and the gates. A cell without loops scans through autograd (`autograd_scan`); a cell with
+  loops runs those `rnnlm.backend` chooses for the device, with a backward pass written by hand
+  (autograd records none of the per-step work).
 
-How the scans save work: the forward overwrites its input products with the activated gates and
-keeps them for the backward; the backward runs the recurrence in reverse computing only the gate
-gradients and the state gradient per step, writing the gate gradients over the gates (so that array
-becomes the gradient of the input products); then the hidden-side weight gradient is one product
-over all T*B rows and each bias gradient one sum.
+How the hand-written scans save work: the forward overwrites its input products with the activated
+gates and keeps them for the backward; the backward runs the recurrence in reverse computing only
+the gate gradients and the state gradient per step, writing the gate gradients over the gates (so
+that array becomes the gradient of the input products); then the hidden-side weight gradient is one
+product over all T*B rows and each bias gradient one sum.
 
 Dropout (`drop_state=True`, the study's choice) multiplies each step's new hidden state by a mask, so
 the dropped state is both the step's output and what the next step receives. The masks for a whole
@@ -61,8 +65,9 @@ def uniform_(tensor: Tensor, fan_in: int) -> None:
 
 class Cell(nn.Module):
     """Every gate's input-side matrix stacked in `weight_ih` (G*H, I) with its bias `bias_ih` (G*H),
-    the hidden-side matrices stacked in `weight_hh` (G*H, H). Subclasses set `gates` and
-    `state_entries` and write the readable `step(x (B, I), state) -> state`."""
+    the hidden-side matrices stacked in `weight_hh` (G*H, H), initialised as nn.Linear's. Subclasses
+    set `gates` (and `state_entries` if the state is more than h) and write the cell's maths once:
+    `recur(gates_x (B, G*H), state) -> state`, one step from the input-side pre-activations."""
 
     gates: int
     state_entries: int = 1
@@ -74,6 +79,7 @@ class Cell(nn.Module):
         self.weight_ih = nn.Parameter(torch.empty(rows, input_size))
         self.bias_ih = nn.Parameter(torch.empty(rows))
         self.weight_hh = nn.Parameter(torch.empty(rows, hidden_size))
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         uniform_(self.weight_ih, self.input_size)
@@ -87,13 +93,19 @@ class Cell(nn.Module):
         """(G*H): every bias of a gate's pre-activation, summed (the GRU folds in its extra r/z biases)."""
         return self.bias_ih
 
-    def step(self, x: Tensor, state: LayerState) -> LayerState:
+    def recur(self, gates_x: Tensor, state: LayerState) -> LayerState:
+        """One step: gates_x (B, G*H) = x W_ih^T + `input_bias()`, the layer's state -> its new state.
+        The cell's maths, and all a new cell has to write: autograd differentiates it."""
         raise NotImplementedError
+
+    def step(self, x: Tensor, state: LayerState) -> LayerState:
+        """One step from the layer's input x (B, I)."""
+        return self.recur(x @ self.weight_ih.T + self.input_bias(), state)
 
 
 class RecurrentLayer(nn.Module):
-    """A cell run over a sequence; subclasses set `cell_class` and write `_scan` with their
-    autograd Function."""
+    """A cell run over a sequence; subclasses set `cell_class`, and a cell with loops of its own
+    overrides `_scan` with its autograd Function."""
 
     cell_class: type[Cell]
     spec: CellSpec
@@ -164,14 +176,31 @@ class RecurrentLayer(nn.Module):
     ) -> tuple[Tensor, LayerState]:
         """Input products (T, B, G*H) -> the state after every step (T, B, H), and the final state.
 
-        The products are consumed: a contiguous `products` is overwritten with the activated gates
-        (pass a clone to keep it)."""
+        A cell's loops consume the products: a contiguous `products` is overwritten with the
+        activated gates (pass a clone to keep it)."""
         T, B, _ = products.shape
         state, masks = self._prepare(B, T, products, state, masks)
         return self._scan(products.contiguous(), state, masks)
 
     def _scan(self, products: Tensor, state: LayerState, masks: Tensor | None) -> tuple[Tensor, LayerState]:
-        raise NotImplementedError
+        """The cell's `recur` step after step, differentiated by autograd (every operation of every
+        step recorded): what runs a cell without loops of its own, on every device. A cell with
+        loops of its own overrides this with its autograd Function."""
+        return autograd_scan(self.cell, products, state, masks)
+
+
+def autograd_scan(cell: Cell, products: Tensor, state: LayerState,
+                  masks: Tensor | None) -> tuple[Tensor, LayerState]:
+    """products (T, B, G*H) = x W_ih^T, state, masks (T, B, H) or None -> the state after every step
+    (T, B, H) and the final state, through `cell.recur` and autograd."""
+    bias = cell.input_bias()
+    outputs = []
+    for gates_x, mask in zip(products.unbind(0), steps_of(masks, products.shape[0])):
+        state = cell.recur(gates_x + bias, state)
+        if mask is not None:
+            state = states.with_hidden(state, states.hidden(state) * mask)
+        outputs.append(states.hidden(state))
+    return torch.stack(outputs), state
 
 
 # ------------------------------------------------------------------ the loops and the registry
@@ -189,15 +218,17 @@ class Loops(NamedTuple):
 
 @dataclass(frozen=True)
 class CellSpec:
-    """A cell's registry entry: its name in params.yaml (`cell:`), its layer, its sampling step, its
-    Python loops (the reference, and what runs where nothing faster does) and the module of its
-    Triton loops, if it has one. Its compiled loops, if any, come from its `.cpp` file beside it,
-    which the C++ build finds and which registers them under `name` (`rnnlm.native`)."""
+    """A cell's registry entry: its name in params.yaml (`cell:`) and its layer; for a cell with loops
+    of its own, its sampling step's weight layout, its Python loops (the reference of its compiled and
+    Triton loops) and the module of its Triton loops. Its compiled loops, if any, come from its `.cpp`
+    file beside it, which the C++ build finds and which registers them under `name` (`rnnlm.native`).
+    A cell without loops (`python_loops` None) runs its `recur` through autograd everywhere."""
 
     name: str
     layer: type[RecurrentLayer]
-    layer_step: type[LayerStep]
-    python_loops: Loops
+    layer_step: type[LayerStep] | None = None
+    """None: `LayerStep`, one transposed view of all hidden-side matrices."""
+    python_loops: Loops | None = None
     triton_module: str | None = None
     hidden_products: tuple[int, ...] = ()
     """The hidden-side products of one step, each in multiples of H output rows (empty: one product
@@ -207,14 +238,17 @@ class CellSpec:
     def state_entries(self) -> int:
         return self.layer.cell_class.state_entries
 
-    def __post_init__(self) -> None:
-        if not self.hidden_products:  # frozen: set through object's own __setattr__
+    def __post_init__(self) -> None:  # frozen: defaults filled in through object's own __setattr__
+        if not self.hidden_products:
             object.__setattr__(self, "hidden_products", (self.layer.cell_class.gates,))
+        if self.layer_step is None:
+            object.__setattr__(self, "layer_step", LayerStep)
         self.layer.spec = self  # a layer finds its loops through its spec
 
 
-def loops_for(spec: CellSpec, tensor: Tensor) -> Loops:
-    """The loops of `spec`'s cell that run on `tensor`'s device, as `rnnlm.backend` decides."""
+def loops_for(spec: CellSpec, tensor: Tensor) -> Loops | None:
+    """The loops of `spec`'s cell that run on `tensor`'s device, as `rnnlm.backend` decides (None for a
+    cell without loops: autograd runs it)."""
     return backend.loops(spec, tensor.device)
 
 
@@ -276,10 +310,11 @@ class LayerStep:
     `input_t` (I, G*H) is a transposed view of the input-side matrix, None for the first layer
     (whose input products come from the folded embedding table); `bias` (G*H) every input-side bias;
     `hidden_t` the hidden-side matrices as transposed views, as the cell's `step` loop takes them.
-    `loops` is the cell's loops for the weights' device."""
+    `loops` is the cell's loops for the weights' device; None: the cell's own `recur` steps."""
 
-    def __init__(self, layer: RecurrentLayer, first: bool, loops: Loops):
+    def __init__(self, layer: RecurrentLayer, first: bool, loops: Loops | None):
         cell = layer.cell
+        self.cell = cell
         self.hidden_size = layer.hidden_size
         self.state_entries = cell.state_entries
         self.input_t = None if first else cell.weight_ih.T  # (I, G*H)
@@ -300,5 +335,7 @@ class LayerStep:
         """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""
         if state is None:
             state = states.zeros(self.state_entries, gates_x.shape[0], self.hidden_size, gates_x)
+        if self.loops is None:
+            return self.cell.recur(gates_x, state)
         new = self.loops.step(gates_x, *states.entries(state), *self.hidden_t)  # h, or (h, c)
         return new if isinstance(new, Tensor) else tuple(new)

@@ -52,21 +52,15 @@ class GRUCell(Cell):
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__(input_size, hidden_size)
         self.bias_rz = nn.Parameter(torch.zeros(2 * hidden_size))  # b_r, b_z
-        self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        nn.init.zeros_(self.bias_rz)
-
-    def step(self, x: Tensor, h: Tensor) -> Tensor:
-        """One step, gate by gate. x (B, I), h (B, H) -> h' (B, H)."""
-        W_rx, W_zx, W_x = self.weight_ih.chunk(3)
-        b_rx, b_zx, b_x = self.bias_ih.chunk(3)
-        W_rh, W_zh, W_h = self.weight_hh.chunk(3)
-        b_r, b_z = self.bias_rz.chunk(2)
-        r = torch.sigmoid(x @ W_rx.T + b_rx + h @ W_rh.T + b_r)
-        z = torch.sigmoid(x @ W_zx.T + b_zx + h @ W_zh.T + b_z)
-        candidate = torch.tanh(x @ W_x.T + b_x + (r * h) @ W_h.T)
+    def recur(self, gates_x: Tensor, h: Tensor) -> Tensor:
+        """One step. gates_x (B, 3H): the input-side pre-activations of r, z and h~ with every bias
+        (`input_bias`), h (B, H) -> h' (B, H)."""
+        H = self.hidden_size
+        rz_x, candidate_x = gates_x.split([2 * H, H], dim=1)
+        W_rzh, W_h = self.weight_hh.split([2 * H, H])
+        r, z = torch.sigmoid(rz_x + h @ W_rzh.T).chunk(2, dim=1)
+        candidate = torch.tanh(candidate_x + (r * h) @ W_h.T)
         return (1 - z) * h + z * candidate
 
     def input_bias(self) -> Tensor:

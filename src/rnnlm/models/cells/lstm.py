@@ -43,22 +43,13 @@ class LSTMCell(Cell):
     gates = 4
     state_entries = 2
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__(input_size, hidden_size)
-        self.reset_parameters()
-
-    def step(self, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        """One step, gate by gate. x (B, I), (h, c) each (B, H) -> (h', c')."""
+    def recur(self, gates_x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """One step. gates_x (B, 4H): the input-side pre-activations of i, f, o, g with their biases,
+        (h, c) each (B, H) -> (h', c')."""
         h, c = state
-        W_xi, W_xf, W_xo, W_xg = self.weight_ih.chunk(4)
-        b_i, b_f, b_o, b_g = self.bias_ih.chunk(4)
-        W_hi, W_hf, W_ho, W_hg = self.weight_hh.chunk(4)
-        i = torch.sigmoid(x @ W_xi.T + b_i + h @ W_hi.T)
-        f = torch.sigmoid(x @ W_xf.T + b_f + h @ W_hf.T)
-        o = torch.sigmoid(x @ W_xo.T + b_o + h @ W_ho.T)
-        g = torch.tanh(x @ W_xg.T + b_g + h @ W_hg.T)
-        c = f * c + i * g
-        return o * torch.tanh(c), c
+        i, f, o, g = (gates_x + h @ self.weight_hh.T).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
 
 
 # ------------------------------------------------------------------ Python loops (the reference)

@@ -32,13 +32,9 @@ class RNNCell(Cell):
 
     gates = 1
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__(input_size, hidden_size)
-        self.reset_parameters()
-
-    def step(self, x: Tensor, h: Tensor) -> Tensor:
-        """One step. x (B, I), h (B, H) -> h' (B, H)."""
-        return torch.tanh(x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T)
+    def recur(self, gates_x: Tensor, h: Tensor) -> Tensor:
+        """One step. gates_x (B, H) = W_x x + b, h (B, H) -> h' (B, H)."""
+        return torch.tanh(gates_x + h @ self.weight_hh.T)
 
 
 # ------------------------------------------------------------------ Python loops (the reference)

@@ -8,7 +8,7 @@ tried first and held to the same sha256.
 import os
 
 from rnnlm.data.corpus import MIRROR_ENV, fetch_corpus
-from rnnlm.errors import command_args, run_main
+from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
 
 

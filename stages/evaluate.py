@@ -12,12 +12,12 @@ from pathlib import Path
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.device import device_for
-from rnnlm.errors import command_args, run_main
+from rnnlm.command_line import command_args, run_main
 from rnnlm.memory import keep_freed_memory
 from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
 from rnnlm.evaluation.quick import evaluate_settings, validation_text
 from rnnlm.params import load_params
-from rnnlm.reporting.generation_record import read_generations
+from rnnlm.inference.generation_record import read_generations
 from rnnlm.timing import StageClock
 
 

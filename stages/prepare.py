@@ -7,7 +7,7 @@ the rest) and OUT_DIR/vocab.json (the sorted characters of the whole corpus, and
 
 
 from rnnlm.data.corpus import character_vocabulary, read_corpus, split_corpus, write_prepared
-from rnnlm.errors import command_args, run_main
+from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
 
 

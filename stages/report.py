@@ -6,8 +6,9 @@ Usage: python stages/report.py GENERATIONS_JSON METRICS_JSON REPORT_MD
 import json
 
 from rnnlm.atomic import write_text_atomic
-from rnnlm.errors import RnnlmError, command_args, run_main
-from rnnlm.reporting.generation_record import read_generations
+from rnnlm.errors import RnnlmError
+from rnnlm.command_line import command_args, run_main
+from rnnlm.inference.generation_record import read_generations
 from rnnlm.reporting.generation_markdown import to_markdown
 
 

@@ -6,7 +6,7 @@ Writes OUT_DIR/spm.model, which round-trips text exactly (see rnnlm.data.tokeniz
 
 
 from rnnlm.data.corpus import read_corpus
-from rnnlm.errors import command_args, run_main
+from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
 from rnnlm.data.tokenizers import SentencePieceTokenizer, train_sentencepiece, write_sentencepiece
 

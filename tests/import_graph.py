@@ -98,13 +98,41 @@ def _module_name(path: Path) -> tuple[str, str]:
     return ".".join(parts), ".".join(parts[:-1])
 
 
-def import_cycles() -> list[list[str]]:
-    """Every cycle of imports among the library's modules (a strongly connected group of two or
-    more), each as its sorted module names."""
+def _module_graph() -> dict[str, set[str]]:
+    """Library module -> the library modules it imports."""
     graph = {}
     for path in SRC.rglob("*.py"):
         name, package = _module_name(path)
         graph[name] = {child for child in _imported(path, package) if child != name}
+    return graph
+
+
+def import_cycles() -> list[list[str]]:
+    """Every cycle of imports among the library's modules (a strongly connected group of two or
+    more), each as its sorted module names."""
+    return _cycles(_module_graph())
+
+
+def _package(module: str) -> str | None:
+    """The subpackage of rnnlm a module belongs to (rnnlm.models.cells.gru -> rnnlm.models), None
+    for the top-level modules (rnnlm.errors, rnnlm.backend, ...)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (SRC / parts[0] / parts[1]).is_dir() else None
+
+
+def package_cycles() -> list[list[str]]:
+    """Every cycle among rnnlm's subpackages (data, models, inference, training, evaluation, ...): a
+    package that imports, through others, one that imports it."""
+    graph: dict[str, set[str]] = {}
+    for module, children in _module_graph().items():
+        here = _package(module)
+        if here is not None:
+            graph.setdefault(here, set()).update(p for p in map(_package, children) if p not in (None, here))
+    return _cycles(graph)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more nodes of `graph`, each sorted."""
     order, low, stack, on_stack, groups = {}, {}, [], set(), []
 
     def visit(node: str) -> None:  # Tarjan's algorithm

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from rnnlm import atomic, errors
+from rnnlm import atomic, command_line
 from rnnlm.training.resume import read_header
 from tests.conftest import REPO_ROOT, make_dvc_repo, sha256_of, synthetic_play, tiny_models
 
@@ -387,7 +387,7 @@ def test_ctrl_c_while_a_command_is_still_importing_is_one_line():
 
 @pytest.mark.parametrize("again, said", [
     ("run the same command again", "error: interrupted; run the same command again\n"),
-    (errors.RESUMES, "error: interrupted; run the same command again to go on (training resumes from its last "
+    (command_line.RESUMES, "error: interrupted; run the same command again to go on (training resumes from its last "
                      "saved state)\n"),
 ], ids=["any command", "the train stage"])
 def test_an_interrupted_command_says_what_to_do_and_only_training_mentions_resuming(capsys, again, said):
@@ -397,7 +397,7 @@ def test_an_interrupted_command_says_what_to_do_and_only_training_mentions_resum
     previous = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as stopped:
-            errors.run_main(interrupted, again=again)
+            command_line.run_main(interrupted, again=again)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert stopped.value.code == 130 and capsys.readouterr().err == said

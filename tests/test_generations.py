@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rnnlm.models.checkpoint import load_checkpoint
-from rnnlm.reporting.generation_record import read_generations
-from rnnlm.reporting.generation_run import run_generations
+from rnnlm.inference.generation_record import read_generations
+from rnnlm.inference.generation_run import run_generations
 from rnnlm.reporting.generation_markdown import to_markdown
 from tests.conftest import METRICS, SETTINGS
 

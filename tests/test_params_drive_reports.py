@@ -17,7 +17,7 @@ from rnnlm.params import parse_params
 from rnnlm.study import report as study_report
 from rnnlm.study.figure import _reset_curve
 from rnnlm.reporting.generation_markdown import to_markdown
-from rnnlm.reporting.generation_run import run_generations
+from rnnlm.inference.generation_run import run_generations
 from tests.conftest import REPO_ROOT, synthetic_play
 
 RESET_EVERY = [1, 4, 16]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rnnlm.reporting.generation_record import GenerationRun, Sample
+from rnnlm.inference.generation_record import GenerationRun, Sample
 from rnnlm.reporting.generation_markdown import to_markdown
 from tests.conftest import METRICS
 

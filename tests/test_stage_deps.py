@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.import_graph import import_cycles, library_files
+from tests.import_graph import import_cycles, library_files, package_cycles
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 
@@ -36,6 +36,31 @@ def test_every_library_file_a_stage_runs_is_a_dependency(name):
     missing = sorted(str(path.relative_to(REPO_ROOT)) for path in files if not _covered(path, deps))
     assert not missing, f"{name}: add to its deps in dvc.yaml: {missing}"
     assert str(_script(stage).relative_to(REPO_ROOT)) in deps
+
+
+def _unused(stage: dict) -> list[str]:
+    """The library files a stage's deps list (a folder: all its files) that the stage never runs."""
+    files = library_files(_script(stage)) | {_script(stage)}
+    listed = set()
+    for dep in stage["deps"]:
+        path = REPO_ROOT / dep
+        if dep.startswith(("src/", "stages/")):
+            listed |= {f for f in path.rglob("*") if f.suffix in (".py", ".cpp", ".h")} if path.is_dir() else {path}
+    return sorted(str(path.relative_to(REPO_ROOT)) for path in listed - files)
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_every_library_dependency_is_run_by_its_stage(name):
+    """The other way round: a listed library file that the stage never runs would rerun the stage
+    whenever it changes, for nothing."""
+    unused = _unused(STAGES[name])
+    assert not unused, f"{name}: its deps in dvc.yaml list files it never runs: {unused}"
+
+
+def test_a_stage_that_lists_more_than_it_runs_fails_this_check():
+    """The check can fail: the download stage with the study's package among its deps."""
+    stage = {**STAGES["download"], "deps": [*STAGES["download"]["deps"], "src/rnnlm/study"]}
+    assert "src/rnnlm/study/report.py" in _unused(stage)
 
 
 @pytest.mark.parametrize("name", STAGES)
@@ -63,6 +88,12 @@ def test_a_stage_that_runs_more_than_its_deps_fails_this_check(tmp_path):
 def test_the_library_has_no_import_cycle():
     """Imports inside functions count (they only hide a cycle); `if TYPE_CHECKING:` ones do not."""
     assert import_cycles() == []
+
+
+def test_no_package_imports_one_that_imports_it_back():
+    """The packages form layers (data, models, inference, evaluation, training, reporting, study):
+    none reaches, through any chain of imports, back to one that imports it."""
+    assert package_cycles() == []
 
 
 def test_the_data_stages_check_every_cell_without_importing_pytorch():

@@ -2,8 +2,8 @@
 
 import sys
 
-from rnnlm.errors import interrupted_while_starting
+from rnnlm.command_line import interrupted_while_starting
 
 # The first thing every stage and command imports: Ctrl-C during the seconds of imports that follow
-# ends in one line (rnnlm.errors), as it does once the command runs.
+# ends in one line (rnnlm.command_line), as it does once the command runs.
 sys.excepthook = interrupted_while_starting

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from rnnlm.data.corpus import read_vocabulary
-from rnnlm.errors import run_main
+from rnnlm.command_line import run_main
 from rnnlm.models.kinds import build_model, summary
 from rnnlm.params import ModelParams, load_params, select_model
 

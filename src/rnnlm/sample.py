@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from rnnlm.models.checkpoint import load_checkpoint
-from rnnlm.errors import RnnlmError, run_main
+from rnnlm.errors import RnnlmError
+from rnnlm.command_line import run_main
 from rnnlm.inference.decoding import MODES, STRATEGIES, Decoding, check_request, generate, make_generator
 from rnnlm.device import resolve_device
 from rnnlm.memory import fits_in_memory

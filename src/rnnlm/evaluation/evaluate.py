@@ -37,7 +37,7 @@ from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.data.corpus import character_vocabulary
 from rnnlm.evaluation.ngram import NGramModel
 from rnnlm.params import EvaluateParams
-from rnnlm.reporting.generation_record import GenerationRun
+from rnnlm.inference.generation_record import GenerationRun
 from rnnlm.timing import StageClock, part_of
 from rnnlm.evaluation.context import ContextCurve, context_curve
 from rnnlm.evaluation.scoring import (Score, bits_per_char, streamed_nll, streamed_token_nll, windowed_nll,

@@ -1,7 +1,7 @@
 """Sample a checkpoint for every prompt, strategy and mode: the data of the generation report.
 
 In:  a checkpoint, params `generate`, a seed.
-Out: a `GenerationRun` (`rnnlm.reporting.generation_record`: model, checkpoint identity, settings,
+Out: a `GenerationRun` (`rnnlm.inference.generation_record`: model, checkpoint identity, settings,
 samples), saved as generations.json. Nothing in it changes from run to run, so the same checkpoint
 and settings give the same bytes.
 """
@@ -17,7 +17,7 @@ from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.models.kinds import count_parameters
 from rnnlm.params import GenerateParams, as_dict
 from rnnlm.inference.decoding import MODES, Decoding, generate, make_generator
-from rnnlm.reporting.generation_record import GenerationRun, Sample
+from rnnlm.inference.generation_record import GenerationRun, Sample
 
 
 def report_decodings(settings: GenerateParams) -> dict[str, Decoding]:

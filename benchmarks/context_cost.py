@@ -12,7 +12,7 @@ matrix-product rate it runs. For each model (its real shapes, random weights: th
 depend on them) and each c of `--lengths`, min(2,000, `--tokens` / c) windows (as many as the curve
 has at short c, so that batches are as full as there) are scored two ways, side by side:
 
-- `before`: every window's logits at every step, 32,768 tokens per batch (the code until 2026-11);
+- `before`: every window's logits at every step, 32,768 tokens per batch (how the curve was batched before);
 - `now`: `context_nll` as the evaluate stage runs it (the last step's logits alone, batches sized
   by the model's width, at least `MIN_WINDOWS` windows).
 
@@ -53,8 +53,8 @@ RECURRENT_MODELS = ["rnn_alpha", "astra_alpha", "astra_beta", "astra_gamma", "sc
 
 @torch.no_grad()
 def before(model: LanguageModel, ids: torch.Tensor, positions: torch.Tensor, c: int) -> torch.Tensor:
-    """The context losses as they were computed until 2026-11: 32,768 tokens per batch, every
-    step's logits, the last one read."""
+    """The context losses as the curve computed them before: 32,768 tokens per batch, every step's
+    logits, the last one read."""
     offsets = torch.arange(-c, 0)
     losses = []
     step = max(1, 32768 // c)

@@ -62,7 +62,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, step: bool = F
     time step (the stepper's), which follows the per-step library."""
     if not backend.onednn_for(x, x.numel() * weight.shape[0], step):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
-    # A one-token product adds its bias after oneDNN's product, which was the faster at batch 1
+    # A one-token product adds its bias after oneDNN's product, the faster at batch 1
     # (reports/speed/cpu-amd-epyc-avx2-family25.md); the compiled step (kernels.cpp, step_linear)
     # does the same, so the two agree bit for bit. The large products keep it fused.
     out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, None if step else bias)

@@ -286,7 +286,7 @@ def train(
     sampler = (StreamSampler if carried else WindowSampler)(train_ids, settings.batch_size, settings.seq_len,
                                                             params.seed)
     val_batches = WindowSampler(val_ids, settings.batch_size, settings.seq_len, val_batch_seed(params.seed))
-    history, first_epoch, seconds, resumed = History(), 1, 0.0, EpochProgress()
+    history, start_epoch, seconds, resumed = History(), 1, 0.0, EpochProgress()
 
     gemm, processor = products_gemm(device), processor_name(device)
     store = ResumeStore(resume_dir, name, params.seed, run_fingerprint(params, name, tokenizer, train_ids, val_ids),
@@ -297,20 +297,20 @@ def train(
     saved = store.load()
     if saved is not None:
         history, seconds, resumed = run.restore(saved)
-        first_epoch = saved["epoch"] + 1
-        where = (f"at step {resumed.steps}/{n_steps} of epoch {first_epoch}" if resumed.steps
+        start_epoch = saved["epoch"] + 1
+        where = (f"at step {resumed.steps}/{n_steps} of epoch {start_epoch}" if resumed.steps
                  else f"after epoch {saved['epoch']}")
         print(f"resuming {name} {where} from {store.path}")
-        if len(run.machines) > 1 and run.machines[-1]["from_epoch"] == first_epoch:
+        if len(run.machines) > 1 and run.machines[-1]["from_epoch"] == start_epoch:
             was = run.machines[-2]
             print(f"note: it trained on {was['processor']} with {was['gemm']} so far and goes on here on {processor} "
                   f"with {gemm}: the last bits of the arithmetic differ from here on; the training metrics say so")
 
     tokens_per_step = settings.batch_size * settings.seq_len
     last_save = time.perf_counter()
-    for epoch in range(first_epoch, entry.epochs + 1):
+    for epoch in range(start_epoch, entry.epochs + 1):
         model.train()
-        done = resumed if epoch == first_epoch else EpochProgress()  # steps, losses, seconds before this run
+        done = resumed if epoch == start_epoch else EpochProgress()  # steps, losses, seconds before this run
         epoch_start, losses = time.perf_counter() - done.seconds, done.losses
         lr = float(optimizer.param_groups[0]["lr"])
         log = LossLog(settings.check_every, device, first_step=len(history.steps) + 1)

@@ -9,12 +9,12 @@ import os
 
 from rnnlm.data.corpus import MIRROR_ENV, fetch_corpus
 from rnnlm.command_line import command_args, run_main
-from rnnlm.params import load_params
+from rnnlm.params_base import DataParams, load_section
 
 
 def main() -> None:
     (out_file,) = command_args(__doc__)
-    data = load_params().data
+    data = load_section("params.yaml", "data", DataParams)
     source = fetch_corpus(data.url, data.sha256, out_file, mirror=os.environ.get(MIRROR_ENV))
     print(f"wrote {out_file} from {source}")
 

@@ -8,14 +8,14 @@ the rest) and OUT_DIR/vocab.json (the sorted characters of the whole corpus, and
 
 from rnnlm.data.corpus import character_vocabulary, read_corpus, split_corpus, write_prepared
 from rnnlm.command_line import command_args, run_main
-from rnnlm.params import load_params
+from rnnlm.params_base import DataParams, load_section
 
 
 def main() -> None:
     corpus_file, out_dir = command_args(__doc__)
-    params = load_params()
+    data = load_section("params.yaml", "data", DataParams)
     text = read_corpus(corpus_file)
-    split = split_corpus(text, params.data.train_fraction)
+    split = split_corpus(text, data.train_fraction)
     vocabulary = character_vocabulary(text)
     write_prepared(split, vocabulary, out_dir)
     print(f"train {len(split.train):,} chars, validation {len(split.val):,} chars, {len(vocabulary)} symbols")

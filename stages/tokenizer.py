@@ -7,13 +7,13 @@ Writes OUT_DIR/spm.model, which round-trips text exactly (see rnnlm.data.tokeniz
 
 from rnnlm.data.corpus import read_corpus
 from rnnlm.command_line import command_args, run_main
-from rnnlm.params import load_params
+from rnnlm.params_base import TokenizerParams, load_section
 from rnnlm.data.tokenizers import SentencePieceTokenizer, train_sentencepiece, write_sentencepiece
 
 
 def main() -> None:
     train_text, out_dir = command_args(__doc__)
-    settings = load_params().tokenizer
+    settings = load_section("params.yaml", "tokenizer", TokenizerParams)
     model_proto = train_sentencepiece(read_corpus(train_text), settings)
     path = write_sentencepiece(model_proto, out_dir)
     print(f"wrote {path}: {SentencePieceTokenizer(model_proto).vocab_size} pieces")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
-from rnnlm.device import resolve_device
+from rnnlm.device import device_for
 from rnnlm.command_line import RESUMES, command_args, run_main
 from rnnlm.evaluation.quick import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory
-from rnnlm.params import load_params, select_model
+from rnnlm.params import load_params, select_model, training_settings
 from rnnlm.data.tokenizers import load_tokenizer
 from rnnlm.training.resume import resume_folder
 from rnnlm.training.train import train
@@ -34,10 +34,11 @@ def main() -> None:
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
     val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), params.train.steps_scale)  # part of it: a quick run
     request = f"training {name} (train.batch_size {params.train.batch_size}, train.seq_len {params.train.seq_len})"
-    with fits_in_memory(request, resolve_device(params.train.device)):
+    device = device_for(training_settings(params, name))
+    with fits_in_memory(request, device):
         with clock.part("training, per-epoch validation included"):
             result = train(params, name, tokenizer, train_text, val_text, resume_dir=resume_folder(resume_dir),
-                           clock=clock)
+                           clock=clock, device=device)
     save_checkpoint(checkpoint, result.checkpoint)
     write_training_report(report_dir, name, result)
     clock.write(timing)

@@ -11,13 +11,6 @@ SRC = REPO_ROOT / "src"
 
 REGISTRY = "rnnlm.models.cells"
 
-NAMES_ONLY = {("rnnlm.params", REGISTRY)}
-"""Edges followed no further: params reads only the registry's names, to validate `cell:` (the
-registry file itself is still a dependency), so a cell's code cannot change what the data stages
-write. (params also reads the fixed-window MLP's name from models/config.py, which imports nothing
-more.)"""
-
-
 def module_file(name: str) -> Path | None:
     """The file of module `name` under src/, or None when it is not a library module."""
     base = SRC / Path(*name.split("."))
@@ -52,13 +45,9 @@ def _imported(path: Path, package: str) -> set[str]:
 def library_files(script: Path) -> set[Path]:
     """Every library file that running `script` can execute."""
     seen: set[str] = set()
-    names_only: set[Path] = set()
     todo = [(None, name) for name in _imported(script, "")]
     while todo:
         parent, name = todo.pop()
-        if (parent, name) in NAMES_ONLY:
-            names_only.add(module_file(name))
-            continue
         if name in seen:
             continue
         seen.add(name)
@@ -73,7 +62,7 @@ def library_files(script: Path) -> set[Path]:
 
             children |= {CELLS.module(cell) for cell in CELLS if module_file(CELLS.module(cell))}
         todo += [(name, child) for child in children]
-    files = {module_file(name) for name in seen} | names_only
+    files = {module_file(name) for name in seen}
     if "rnnlm.native" in seen:
         from rnnlm import native
 

@@ -71,11 +71,25 @@ def _write_params(folder, raw_params, edit=None) -> None:
         (lambda p: p["generate"].update(prompts=[""]), "error: generate.prompts: expected a non-empty list of non-empty strings, got ['']"),
     ],
 )
-def test_params_errors_stop_the_first_stage(tmp_path, raw_params, edit, message, stage):
+def test_params_errors_stop_the_first_stage_that_reads_them(tmp_path, raw_params, edit, message, stage):
+    """A mistake outside the data sections stops the model stages, which check the whole file (generate
+    here, in this process; train does the same first), not the data stages, which read only their own
+    sections (prepare runs)."""
     _write_params(tmp_path, raw_params, edit)
-    done = stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
+    outputs = [tmp_path / "reports/generations.json", tmp_path / "reports/timing/generate.json"]
+    done = stage("generate", tmp_path, tmp_path / "models/model.pt", *outputs)
     assert done.returncode == 2
     assert _error_line(done).startswith(message)
+    assert not any(path.exists() for path in outputs)
+    (tmp_path / "corpus.txt").write_text(CORPUS)
+    assert stage("prepare", tmp_path, tmp_path / "corpus.txt", tmp_path / "prepared").returncode == 0
+
+
+def test_a_data_section_error_stops_the_download(tmp_path, raw_params, stage):
+    _write_params(tmp_path, raw_params, lambda p: p["data"].update(train_fraction=1.5))
+    done = stage("download", tmp_path, tmp_path / "data/raw/tinyshakespeare.txt")
+    assert done.returncode == 2
+    assert _error_line(done) == "error: data.train_fraction: expected a number strictly between 0 and 1, got 1.5"
     assert not (tmp_path / "data/raw/tinyshakespeare.txt").exists()
 
 

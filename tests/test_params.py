@@ -138,12 +138,12 @@ def test_unreadable_files(tmp_path):
 
 
 def test_a_stage_exits_2_with_one_line(tmp_path, raw_params):
-    raw_params["models"]["astra_beta"]["lr"] = -0.1
+    raw_params["data"]["train_fraction"] = 0
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw_params))
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "stages" / "prepare.py"), "corpus.txt", "out"],
         cwd=tmp_path, capture_output=True, text=True,
     )
     assert done.returncode == 2
-    assert done.stderr == "error: models.astra_beta.lr: expected a finite positive number, got -0.1\n"
+    assert done.stderr == "error: data.train_fraction: expected a number strictly between 0 and 1, got 0.0\n"
     assert not (tmp_path / "out").exists()

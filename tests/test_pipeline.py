@@ -7,6 +7,7 @@ import math
 import re
 
 import pytest
+import yaml
 import torch
 
 from tests.conftest import make_dvc_repo, run, small_tokenizer, synthetic_play, tiny_models
@@ -32,6 +33,23 @@ def test_second_repro_does_nothing(data_repo):
     assert "Running stage" not in again.stdout
     assert "up to date" in again.stdout
     assert "up to date" in run(["dvc", "status", "tokenizer"], data_repo).stdout
+
+
+def test_adding_a_cell_and_its_model_leaves_the_data_stages_up_to_date(data_repo):
+    """A new cell's file, its registry line and a params entry: download, prepare and tokenizer
+    neither run nor change (their deps and params are their own)."""
+    cells = data_repo / "src/rnnlm/models/cells"
+    (cells / "mgu2.py").write_text((cells / "mgu.py").read_text().replace('name="mgu"', 'name="mgu2"'))
+    registry = cells / "__init__.py"
+    registry.write_text(registry.read_text().replace('    "mgu": "rnnlm.models.cells.mgu",\n',
+                                                     '    "mgu": "rnnlm.models.cells.mgu",\n    "mgu2": "rnnlm.models.cells.mgu2",\n'))
+    assert "mgu2" in registry.read_text()
+    params = yaml.safe_load((data_repo / "params.yaml").read_text())
+    params["models"]["mgu2_alpha"] = {**params["models"]["mgu_alpha"], "cell": "mgu2"}
+    (data_repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = run(["dvc", "status", "download", "prepare", "tokenizer"], data_repo).stdout
+    assert "up to date" in status, status
+    assert "Stage 'tokenizer' didn't change, skipping" in run(["dvc", "repro", "tokenizer"], data_repo).stdout
 
 
 def test_mirror_variable_feeds_the_download(tmp_path):

@@ -20,7 +20,7 @@ from rnnlm.command_line import run_main
 from rnnlm.inference.decoding import MODES, STRATEGIES, Decoding, check_request, generate, make_generator
 from rnnlm.device import resolve_device
 from rnnlm.memory import fits_in_memory
-from rnnlm.params import SEED_EXPECTED, seed_in_range
+from rnnlm.params_base import SEED_EXPECTED, seed_in_range
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -18,7 +18,7 @@ import sentencepiece as spm
 from rnnlm.atomic import write_bytes_atomic
 from rnnlm.data.corpus import read_vocabulary
 from rnnlm.errors import RnnlmError
-from rnnlm.params import TokenizerParams
+from rnnlm.params_base import TokenizerParams
 
 SENTENCEPIECE_FILE = "spm.model"
 

@@ -259,16 +259,18 @@ def train(
     progress: bool = True,
     save_every_s: float = SAVE_EVERY_S,
     clock: StageClock | None = None,
+    device: torch.device | None = None,
 ) -> TrainResult:
     """Train the entry `name` of `params.models`; see the module docstring for the recipe and for
     when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch). The file is
     left in place: the caller removes it (`result.resume.clear()`) once it has written every output,
-    so a failure while writing them loses no training. `clock`: times the per-epoch validation."""
+    so a failure while writing them loses no training. `clock`: times the per-epoch validation.
+    `device`: the one `rnnlm.device.device_for` gave for these settings (None: asked here)."""
     entry, settings = params.models[name], training_settings(params, name)
     carried = settings.state == "carried"
     if carried and entry.cell == WINDOW_MLP:
         raise TrainingError(f"train.state 'carried' needs a recurrent cell; {name} is the fixed-window model")
-    device = device_for(settings)
+    device = device or device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)
     if val_ids.numel() < 2:

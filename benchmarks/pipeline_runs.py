@@ -2,7 +2,7 @@
 benchmarks use where DVC is not at hand (a lent GPU machine) or would add its own time.
 
 - `scratch_copy(into)`: src/, stages/ and params.yaml copied into `into/repo`.
-- `stage_commands(model)`: each stage's script and arguments, as dvc.yaml writes them.
+- `stage_commands()`: each stage's script and arguments, as dvc.yaml writes them.
 - `run_stages(model, corpus, work, log, ...)`: every stage for `model` in `work` (the data stages
   once), with a steps scale, a seed and a thread count of one's choosing; its figures and each
   stage's seconds.
@@ -24,12 +24,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def stage_commands(model: str) -> list[list[str]]:
-    """The pipeline's stages for `model` as dvc.yaml runs them: script and arguments."""
+def stage_commands() -> list[list[str]]:
+    """The pipeline's stages as dvc.yaml runs them, script and arguments (every stage reads the model
+    from params.yaml's `model:`, which `run_stages` sets)."""
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     commands = []
     for stage in stages.values():
-        words = stage["cmd"].replace("${model}", model).split()
+        words = stage["cmd"].split()
         commands.append(words[words.index("python") + 1 :])
     return commands
 
@@ -56,7 +57,7 @@ def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | N
         text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
     params.write_text(text)
     seconds = {}
-    for command in stage_commands(model):
+    for command in stage_commands():
         stage = Path(command[0]).stem
         if stage in ("download", "prepare", "tokenizer") and (work / "data/prepared/train.txt").exists() \
                 and (work / "models/tokenizer").exists():

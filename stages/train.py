@@ -1,6 +1,6 @@
 """DVC stage `train`: train the model that params.yaml's `model:` selects.
 
-Usage: python stages/train.py MODEL PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR TIMING_JSON
+Usage: python stages/train.py PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR TIMING_JSON
 Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv; TIMING_JSON, where
 this run's time went (`rnnlm.timing`: training, of which the per-epoch validation). RESUME_DIR keeps
 the run's last saved state (an epoch's end, or a block inside one) until every output is written (not
@@ -27,8 +27,9 @@ from rnnlm.timing import StageClock
 def main() -> None:
     clock = StageClock("train")
     keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
-    name, prepared, tokenizer_dir, checkpoint, report_dir, resume_dir, timing = command_args(__doc__)
+    prepared, tokenizer_dir, checkpoint, report_dir, resume_dir, timing = command_args(__doc__)
     params = load_params()
+    name = params.model  # as generate and evaluate take it
     entry = select_model(params, name)
     tokenizer = load_tokenizer(entry.tokens, prepared, tokenizer_dir)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)

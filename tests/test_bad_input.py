@@ -117,7 +117,7 @@ def _train_with(root, edit_train: dict) -> subprocess.CompletedProcess:
     edited["train"].update(edit_train)
     params.write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
-        return _stage("train", root, "astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt",
+        return _stage("train", root, "data/prepared", "models/tokenizer", "models/model.pt",
                       "reports/train", ".resume", "reports/timing/train.json")
     finally:
         params.write_text(original)

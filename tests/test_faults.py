@@ -29,7 +29,7 @@ STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and th
     "download": (["data/raw/tinyshakespeare.txt"], "data/raw/tinyshakespeare.txt"),
     "prepare": (["data/raw/tinyshakespeare.txt", "data/prepared"], "data/prepared"),
     "tokenizer": (["data/prepared/train.txt", "models/tokenizer"], "models/tokenizer/spm.model"),
-    "train": (["astra_alpha", "data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume",
+    "train": (["data/prepared", "models/tokenizer", "models/model.pt", "reports/train", ".resume",
                "reports/timing/train.json"], "models/model.pt"),
     "generate": (["models/model.pt", "reports/generations.json", "reports/timing/generate.json"],
                  "reports/generations.json"),

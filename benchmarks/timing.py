@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from rnnlm import backend
+from rnnlm import backend, cpu
 from rnnlm.models.config import ModelConfig, config_from_params
 from rnnlm.params import load_params
 
@@ -177,8 +177,8 @@ def model_configs(params_path: str, names: list[str], shrink: int) -> dict[str, 
 def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
     """What the figures were measured on (`keeps_memory`: whether freed memory stays in the heap)."""
     where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
-        "cpu_vendor": backend.cpu_vendor() or platform.processor(), "cpu_model": backend.cpu_model() or platform.machine(),
-        "cpu_generation": backend.cpu_generation(), "cores": os.cpu_count(), "avx512": backend.has_avx512(), "gemm": str(backend.gemm_for(device)),
+        "cpu_vendor": cpu.cpu_vendor() or platform.processor(), "cpu_model": cpu.cpu_model() or platform.machine(),
+        "cpu_generation": cpu.cpu_generation(), "cores": os.cpu_count(), "avx512": cpu.has_avx512(), "gemm": str(backend.gemm_for(device)),
         "freed_memory_kept": keeps_memory}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}

@@ -36,14 +36,14 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     assert markdown.read_text() == out  # the file holds what was printed
     # the limit: the large product through both libraries, each against the faster
     assert re.search(r"MKL [\d.]+ GFLOP/s \(\d+% of the faster\), oneDNN [\d.]+ GFLOP/s", out)
-    from rnnlm import backend
+    from rnnlm import backend, cpu
 
     # the CPU: model name, vendor and generation
-    assert backend.cpu_model() in out and f"({backend.cpu_vendor()} {backend.cpu_generation()}, ".replace(" , ", ", ") in out
+    assert cpu.cpu_model() in out and f"({cpu.cpu_vendor()} {cpu.cpu_generation()}, ".replace(" , ", ", ") in out
     data = json.loads(figures.read_text())
     assert data["machine"]["gemm"] == str(backend.gemm_for(torch.device("cpu")))
-    assert data["machine"]["avx512"] == backend.has_avx512()
-    assert data["machine"]["cpu_generation"] == backend.cpu_generation()
+    assert data["machine"]["avx512"] == cpu.has_avx512()
+    assert data["machine"]["cpu_generation"] == cpu.cpu_generation()
     assert set(data["matmul_gflops"]) == {"MKL", "oneDNN"} and data["limit_gflops"] == max(data["matmul_gflops"].values())
     ours = next(r for r in data["training"] if r["model"] == "leviathan" and r["implementation"] == "ours")
     assert set(ours) == {"model", "implementation", "ms_per_step", "tokens_per_second", "x_step_by_step", "x_pytorch",
@@ -189,10 +189,10 @@ def test_gpu_check_environment_describes_the_machine_without_a_gpu():
     """The GPU check's first step runs on any machine: it names the CPU as the benchmark does."""
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import gpu_check
-    from rnnlm import backend
+    from rnnlm import cpu
 
     env = gpu_check.environment()
-    assert backend.cpu_model() in env["cpu"] and "freed memory given back" in env["cpu"]
+    assert cpu.cpu_model() in env["cpu"] and "freed memory given back" in env["cpu"]
     assert env["torch"] == torch.__version__ and env["python"] == platform.python_version()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rnnlm import backend, native
+from rnnlm import backend, cpu, native
 from rnnlm.errors import RnnlmError
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import loops_for
@@ -229,12 +229,12 @@ def test_small_per_step_products_run_on_the_calling_thread_and_give_the_pool_bac
 
 
 def test_the_cpu_features_are_read_from_the_machine():
-    flags = backend.cpu_flags()
+    flags = cpu.cpu_flags()
     if not flags:
         pytest.skip("/proc/cpuinfo has no flags here")
-    assert backend.has_avx512() == backend.AVX512.issubset(flags)
+    assert cpu.has_avx512() == cpu.AVX512.issubset(flags)
     if torch.backends.cpu.get_cpu_capability() == "AVX512":  # PyTorch saw AVX-512 too
-        assert backend.has_avx512()
+        assert cpu.has_avx512()
 
 
 @pytest.mark.parametrize("gemms", [("mkl", "mkl"), ("onednn", "onednn"), ("mkl", "onednn")])

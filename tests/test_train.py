@@ -15,7 +15,7 @@ from rnnlm.device import DeviceError, make_cuda_repeatable, resolve_device
 from rnnlm.models.kinds import build_model
 from rnnlm.training.resume import read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
-from rnnlm import backend
+from rnnlm import cpu
 from rnnlm.training.train import (TrainingError, WindowSampler, processor_name, steps_per_epoch, train,
                                  val_batch_seed)
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
@@ -242,7 +242,7 @@ def test_cuda_runs_ask_for_repeatable_arithmetic(monkeypatch):
     ({"model name": "Some CPU"}, "Some CPU"),  # no generation readable: the name alone
 ])
 def test_the_processor_a_run_records_tells_cpu_generations_apart(monkeypatch, cpuinfo, expected):
-    monkeypatch.setattr(backend, "_cpuinfo", lambda field: cpuinfo.get(field, ""))
+    monkeypatch.setattr(cpu, "_cpuinfo", lambda field: cpuinfo.get(field, ""))
     assert processor_name(torch.device("cpu")) == expected
 
 

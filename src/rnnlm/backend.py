@@ -29,8 +29,8 @@ threshold are here only; the compiled code receives both in one call, when it is
 whenever `use_gemm` changes the choice, together with `MIN_PARALLEL_STEP_MACS`: the per-step products
 of the compiled loops smaller than that run on the calling thread, not the thread pool.
 
-The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (measured per machine
-in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
+The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (`rnnlm.cpu`; measured
+per machine in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
 
 - `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
 - an Intel CPU: MKL for both, Intel's own library;
@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 import torch
 
-from rnnlm import native
+from rnnlm import cpu, native
 from rnnlm.errors import RnnlmError
 
 GEMMS = ("mkl", "onednn")
@@ -236,7 +236,7 @@ def onednn_for(tensor: torch.Tensor, macs: int | None, step: bool = False) -> bo
 
 @cache
 def _cpu_gemm(requested: str) -> Gemms:
-    return choose_gemm(cpu_vendor(), has_avx512(), requested, torch.backends.mkl.is_available(), onednn_available())
+    return choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), requested, torch.backends.mkl.is_available(), onednn_available())
 
 
 def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool) -> Gemms:
@@ -267,52 +267,4 @@ def onednn_matmul_available() -> bool:
     """Whether oneDNN's matmul as PyTorch exposes it (`at::native::mkldnn_matmul`, which reads a
     transposed operand in place) takes float32 on this CPU: on x86 PyTorch asks for AVX-512 (bw, vl,
     dq) or AVX-NE-CONVERT even for float32, and refuses it elsewhere."""
-    return onednn_available() and (has_avx512() or "avx_ne_convert" in cpu_flags())
-
-
-def cpu_vendor() -> str:
-    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD", ...), "" where it cannot be read."""
-    return _cpuinfo("vendor_id")
-
-
-def cpu_model() -> str:
-    """The CPU's model name ("AMD EPYC", ...), "" where it cannot be read."""
-    return _cpuinfo("model name")
-
-
-def cpu_generation() -> str:
-    """The CPU's family, model and stepping as /proc/cpuinfo numbers them ("family 6 model 207
-    stepping 2"), "" where they cannot be read: they tell processor generations apart where a
-    virtual machine names every CPU alike ("Intel(R) Xeon(R) Processor")."""
-    numbers = {field: _cpuinfo(field) for field in ("cpu family", "model", "stepping")}
-    if not all(numbers.values()):
-        return ""
-    return f"family {numbers['cpu family']} model {numbers['model']} stepping {numbers['stepping']}"
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags ("avx2", "avx512f", ...), empty where they cannot be read."""
-    return frozenset(_cpuinfo("flags").split())
-
-
-AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
-"""The AVX-512 subsets that PyTorch's and oneDNN's AVX-512 kernels need."""
-
-
-def has_avx512() -> bool:
-    """Whether the CPU has AVX-512 (`AVX512`): then oneDNN's float32 matmul runs, and MKL does not
-    use it on a CPU that is not Intel's."""
-    return AVX512 <= cpu_flags()
-
-
-@cache
-def _cpuinfo(field: str) -> str:
-    """The first value of `field` in /proc/cpuinfo (Linux), or ""."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.split(":", 1)[0].strip() == field:
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return onednn_available() and (cpu.has_avx512() or "avx_ne_convert" in cpu.cpu_flags())

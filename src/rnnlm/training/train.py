@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from rnnlm import backend
+from rnnlm import backend, cpu
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.device import device_for
 from rnnlm.errors import RnnlmError
@@ -216,8 +216,8 @@ def processor_name(device: torch.device) -> str:
     names a Zen 3 and a Zen 5 alike, and a study's seeds may come from both."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = backend.cpu_model() or platform.processor() or platform.machine()
-    generation = backend.cpu_generation()
+    name = cpu.cpu_model() or platform.processor() or platform.machine()
+    generation = cpu.cpu_generation()
     return f"{name} ({generation})" if generation else name
 
 

@@ -187,17 +187,17 @@ def backend(request, monkeypatch, gemm):
 @pytest.fixture
 def gemm():
     """`gemm("mkl:onednn")` (or a `Gemms`) makes that the process's GEMM choice, through the one call
-    the library has for it (`rnnlm.backend.use_gemm`); the machine's own choice comes back after
+    the library has for it (`rnnlm.gemm_choice.use_gemm`); the machine's own choice comes back after
     the test."""
-    from rnnlm import backend as switch
+    from rnnlm import gemm_choice
 
     def choose(choice) -> object:
-        choice = switch.Gemms.parse(choice) if isinstance(choice, str) else choice
-        switch.use_gemm(choice)
+        choice = gemm_choice.Gemms.parse(choice) if isinstance(choice, str) else choice
+        gemm_choice.use_gemm(choice)
         return choice
 
     yield choose
-    switch.use_gemm(None)
+    gemm_choice.use_gemm(None)
 
 
 def small_tokenizer(params: dict) -> None:

@@ -224,10 +224,10 @@ def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products
     them: both add each bias after oneDNN's product, so the logits stay equal bit for bit."""
     from torch.profiler import ProfilerActivity, profile
 
-    from rnnlm import backend
+    from rnnlm import gemm_choice
     from rnnlm.inference.stepping import Stepper
 
-    if not backend.onednn_available():
+    if not gemm_choice.onednn_available():
         pytest.skip("this PyTorch has no oneDNN linear op")
     gemm("mkl:onednn")
     config = ModelConfig("lstm", vocab_size=700, embd=16, hidden=256, layers=2, layer_norm=True)

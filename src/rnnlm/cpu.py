@@ -1,7 +1,7 @@
 """The CPU this process runs on, as Linux's /proc/cpuinfo describes it: vendor, model name,
-generation (family, model, stepping), feature flags and whether it has AVX-512. `rnnlm.backend`'s
-GEMM rule reads the vendor and AVX-512; the runs and benchmarks record the rest. Everything is ""
-(or empty) where /proc/cpuinfo cannot be read.
+generation (family, model, stepping), feature flags and whether it has AVX-512. The GEMM rule
+(`rnnlm.gemm_choice`) reads the vendor and AVX-512; the runs and benchmarks record the rest.
+Everything is "" (or empty) where /proc/cpuinfo cannot be read.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from rnnlm import backend, cpu
+from rnnlm import cpu, gemm_choice
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.device import device_for
 from rnnlm.errors import RnnlmError
@@ -222,9 +222,9 @@ def processor_name(device: torch.device) -> str:
 
 
 def products_gemm(device: torch.device) -> str:
-    """The libraries that run the float32 matrix products on `device` (`rnnlm.backend.gemm_for`):
+    """The libraries that run the float32 matrix products on `device` (`rnnlm.gemm_choice.gemm_for`):
     "mkl", "onednn", or "LARGE:STEP" on the CPU, "cublas" on CUDA."""
-    gemms = backend.gemm_for(device)
+    gemms = gemm_choice.gemm_for(device)
     return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
 
 

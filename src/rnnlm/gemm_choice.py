@@ -1,0 +1,172 @@
+"""The float32 GEMM library each matrix product on the CPU runs through: the rule, its thresholds,
+and the override for a process.
+
+The float32 matrix products on the CPU go through one of the two GEMM libraries PyTorch ships,
+MKL or oneDNN, both exact float32. There are two kinds of product, and `gemm_for(device)` gives a
+library for each (a `Gemms`):
+
+- `large`: the products over all T*B rows of a sequence (each layer's input products, the output
+  layer, the weight gradients: `rnnlm.models.products`), most of a training step's work;
+- `step`: the products of one time step, B rows (the scans' hidden-side products, every product
+  of the sampling step: the compiled loops and the Python stepper).
+
+`onednn_for(tensor, macs, step)` says whether one product runs through oneDNN: float32 on the
+CPU, oneDNN chosen for its kind, and at least `MIN_ONEDNN_MACS` multiply-adds. That rule and that
+threshold are here only; the compiled code receives both in one call, when it is first loaded and
+whenever `use_gemm` changes the choice, together with `MIN_PARALLEL_STEP_MACS`: the per-step products
+of the compiled loops smaller than that run on the calling thread, not the thread pool.
+
+The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (`rnnlm.cpu`; measured
+per machine in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
+
+- `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
+- an Intel CPU: MKL for both, Intel's own library;
+- another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
+  AVX-512 there and oneDNN does;
+- another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
+  the per-step ones, each the faster there. oneDNN's matmul, which reads a transposed operand in
+  place, also refuses float32 without AVX-512 there (`rnnlm.models.products` then copies it).
+
+Either library falls back to the other when the PyTorch build lacks it. The same CPU always gives
+the same choice, so a machine's runs repeat themselves bit for bit. `use_gemm(gemms)` overrides the
+choice for the whole process (tests and benchmarks).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from types import ModuleType
+from typing import NamedTuple
+
+import torch
+
+from rnnlm import cpu, native
+from rnnlm.errors import RnnlmError
+
+GEMMS = ("mkl", "onednn")
+GEMM_ENV = "RNNLM_GEMM"
+CPU = torch.device("cpu")
+
+MIN_ONEDNN_MACS = 2**19
+"""Products with fewer multiply-adds stay on MKL even where oneDNN is chosen: a small product is
+latency-bound, and oneDNN's call costs more than MKL's on its own (near 2^19 the two cross at batch
+1). The one place this number lives."""
+
+MIN_PARALLEL_STEP_MACS = 2**19
+"""A per-step product of the compiled loops (a scan's hidden side, every product of the sampling
+step) with fewer multiply-adds runs on the calling thread, not the thread pool: the stateful pass and
+sampling at batch 1 of the small models, the scans of small batches. Below it a parallel region costs
+more than it saves (on an Intel Xeon with AVX-512: 0.86-0.91x at 2^15.6-2^17.6 multiply-adds, 1.2-1.35x
+at 2^19.6, `benchmarks/two_processes.py --crossover`), and where another process holds the other core,
+each region waits for a thread that is not running: two batch-1 stateful passes at once took minutes
+for what one does in a tenth of a second. The thread count changes the last bits of a product's sum
+for some shapes, so this rule, like the GEMM's, depends on shapes alone: a run repeats itself bit for
+bit. The one place this number lives; the compiled code receives it with the GEMM choice."""
+
+
+class Gemms(NamedTuple):
+    """The float32 GEMM library ("mkl" or "onednn") of each kind of product (see the module doc)."""
+
+    large: str  # the products over all T*B rows of a sequence
+    step: str  # the products of one time step (B rows)
+
+    @classmethod
+    def parse(cls, text: str) -> Gemms:
+        """"mkl", "onednn" or "LARGE:STEP", as RNNLM_GEMM takes them."""
+        parts = text.split(":")
+        if len(parts) > 2 or any(part not in GEMMS for part in parts):
+            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two of them as LARGE:STEP (say mkl:onednn)")
+        return cls(parts[0], parts[-1])
+
+    def __str__(self) -> str:
+        """"mkl", "onednn", or "LARGE:STEP" when the two differ: the form RNNLM_GEMM takes, and what
+        the training metrics record."""
+        return self.large if self.large == self.step else f"{self.large}:{self.step}"
+
+
+_chosen: Gemms | None = None
+"""The choice `use_gemm` made for this process, None for the machine's rule."""
+
+
+def gemm_for(device: torch.device) -> Gemms | None:
+    """The float32 GEMMs of the products on `device`: what `use_gemm` chose, else the machine's
+    (`machine_gemm`, read once per process); None off the CPU (CUDA runs cuBLAS)."""
+    if device.type != "cpu":
+        return None
+    return _chosen or _process_gemm()
+
+
+def machine_gemm() -> Gemms:
+    """The rule's choice for this CPU, RNNLM_GEMM as it is set now."""
+    return _cpu_gemm(os.environ.get(GEMM_ENV, ""))
+
+
+@cache
+def _process_gemm() -> Gemms:
+    return machine_gemm()
+
+
+def use_gemm(gemms: Gemms | None) -> Gemms | None:
+    """Run the CPU's float32 products through `gemms` from now on, in this process, in the Python
+    products and the compiled code at once (None: the machine's own choice again); returns the
+    choice it replaces (None: the machine's), to hand back to it afterwards."""
+    global _chosen
+    previous, _chosen = _chosen, gemms
+    if native.compiled.cache_info().currsize and native.compiled() is not None:  # loaded already: tell it
+        tell(native.compiled())
+    return previous
+
+
+def tell(module: ModuleType) -> None:
+    """Hand the compiled module the per-step GEMM and both thresholds, read now (a benchmark may have
+    changed a threshold before the module first loads)."""
+    module.set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS, MIN_PARALLEL_STEP_MACS)
+
+
+def onednn_for(tensor: torch.Tensor, macs: int | None, step: bool = False) -> bool:
+    """Whether a float32 product on `tensor` runs through oneDNN: on the CPU, with oneDNN chosen for
+    its kind (one time step's if `step`, else the large products'), and, for a single product of
+    `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's per-step product,
+    whose weight serves every step of the sequence (packed once, `StepProduct` in kernels.cpp), so
+    it takes the chosen library whatever its size."""
+    if tensor.dtype != torch.float32 or (macs is not None and macs < MIN_ONEDNN_MACS):
+        return False
+    gemms = gemm_for(tensor.device)
+    return gemms is not None and (gemms.step if step else gemms.large) == "onednn"
+
+
+@cache
+def _cpu_gemm(requested: str) -> Gemms:
+    return choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), requested, torch.backends.mkl.is_available(), onednn_available())
+
+
+def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool) -> Gemms:
+    """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
+    AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has."""
+    if requested:
+        preferred = Gemms.parse(requested)
+    elif vendor == "GenuineIntel":
+        preferred = Gemms("mkl", "mkl")
+    elif avx512:
+        preferred = Gemms("onednn", "onednn")
+    else:
+        preferred = Gemms("mkl", "onednn")
+    available = {"mkl": has_mkl, "onednn": has_onednn}
+    return Gemms(*(name if available[name] else "onednn" if has_onednn else "mkl" for name in preferred))
+
+
+def onednn_available() -> bool:
+    """Whether this PyTorch has oneDNN and its linear op."""
+    try:
+        torch.ops.mkldnn._linear_pointwise  # noqa: B018 - the op the products call
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.backends.mkldnn.is_available()
+
+
+def onednn_matmul_available() -> bool:
+    """Whether oneDNN's matmul as PyTorch exposes it (`at::native::mkldnn_matmul`, which reads a
+    transposed operand in place) takes float32 on this CPU: on x86 PyTorch asks for AVX-512 (bw, vl,
+    dq) or AVX-NE-CONVERT even for float32, and refuses it elsewhere."""
+    return onednn_available() and (cpu.has_avx512() or "avx_ne_convert" in cpu.cpu_flags())

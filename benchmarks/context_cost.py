@@ -26,7 +26,6 @@ the same run, `timing.measure_limit`) that `now` reaches.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,13 +36,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rnnlm import backend  # noqa: E402
-from rnnlm.atomic import write_text_atomic  # noqa: E402
 from rnnlm.evaluation.context import MIN_WINDOWS, batch_tokens_for, context_nll  # noqa: E402
 from rnnlm.evaluation.scoring import full_precision  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 from rnnlm.models.kinds import LanguageModel, model_from_config  # noqa: E402
 
-from timing import machine, machine_line, measure_limit, model_configs, side_by_side  # noqa: E402
+from timing import machine, machine_line, measure_limit, model_configs, side_by_side, write_report  # noqa: E402
 
 TARGETS = 2000
 """The curve's targets per c (params.yaml, evaluate.context_targets)."""
@@ -139,12 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     rows, limit = measure(args)
     report = {"machine": info, "machine_line": machine_line(info), "date": time.strftime("%Y-%m-%d"),
               "tokens": args.tokens, "repeats": args.repeats, "limit_gflops": limit, "rows": rows}
-    text = markdown(report)
-    print(text)
-    if args.markdown:
-        write_text_atomic(args.markdown, text)
-    if args.json:
-        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+    write_report(markdown(report), report, args.markdown, args.json)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -16,11 +17,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
 from rnnlm import cpu, gemm_choice
+from rnnlm.atomic import write_text_atomic
 from rnnlm.models.config import ModelConfig, config_from_params
 from rnnlm.params import load_params
 
@@ -182,6 +185,16 @@ def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
         "freed_memory_kept": keeps_memory}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}
+
+
+def write_report(text: str, figures: object, markdown: Path | None, json_path: Path | None) -> None:
+    """A benchmark's printed report: to stdout, and to `markdown` and its figures as JSON to
+    `json_path` where given (each written whole or not at all)."""
+    print(text)
+    if markdown:
+        write_text_atomic(markdown, text)
+    if json_path:
+        write_text_atomic(json_path, json.dumps(figures, indent=2) + "\n")
 
 
 def machine_line(info: dict[str, object]) -> str:

@@ -43,10 +43,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rnnlm import backend, gemm_choice  # noqa: E402
-from rnnlm.atomic import write_text_atomic  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 
-from timing import machine, machine_line, model_configs  # noqa: E402
+from timing import machine, machine_line, model_configs, write_report  # noqa: E402
 
 WORKLOADS = ("stateful", "sampling", "training")
 WAYS = ("every core, no rule", "every core", "half the cores")
@@ -251,12 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     report["machine_line"] = machine_line(report["machine"])
     report["pairs"] = [] if args.no_pairs else measure_pairs(args)
     report["crossover"] = measure_crossover(args) if args.crossover else []
-    text = markdown(report)
-    print(text)
-    if args.markdown:
-        write_text_atomic(args.markdown, text)
-    if args.json:
-        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+    write_report(markdown(report), report, args.markdown, args.json)
 
 
 if __name__ == "__main__":

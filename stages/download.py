@@ -14,7 +14,7 @@ from rnnlm.params_base import DataParams, load_section
 
 def main() -> None:
     (out_file,) = command_args(__doc__)
-    data = load_section("params.yaml", "data", DataParams)
+    data = load_section("data", DataParams)
     source = fetch_corpus(data.url, data.sha256, out_file, mirror=os.environ.get(MIRROR_ENV))
     print(f"wrote {out_file} from {source}")
 

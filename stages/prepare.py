@@ -13,7 +13,7 @@ from rnnlm.params_base import DataParams, load_section
 
 def main() -> None:
     corpus_file, out_dir = command_args(__doc__)
-    data = load_section("params.yaml", "data", DataParams)
+    data = load_section("data", DataParams)
     text = read_corpus(corpus_file)
     split = split_corpus(text, data.train_fraction)
     vocabulary = character_vocabulary(text)

@@ -13,7 +13,7 @@ from rnnlm.data.tokenizers import SentencePieceTokenizer, train_sentencepiece, w
 
 def main() -> None:
     train_text, out_dir = command_args(__doc__)
-    settings = load_section("params.yaml", "tokenizer", TokenizerParams)
+    settings = load_section("tokenizer", TokenizerParams)
     model_proto = train_sentencepiece(read_corpus(train_text), settings)
     path = write_sentencepiece(model_proto, out_dir)
     print(f"wrote {path}: {SentencePieceTokenizer(model_proto).vocab_size} pieces")

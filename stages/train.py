@@ -16,7 +16,7 @@ from rnnlm.device import device_for
 from rnnlm.command_line import RESUMES, command_args, run_main
 from rnnlm.evaluation.quick import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory
-from rnnlm.params import load_params, select_model, training_settings
+from rnnlm.params import load_params, training_settings
 from rnnlm.data.tokenizers import load_tokenizer
 from rnnlm.training.resume import resume_folder
 from rnnlm.training.train import train
@@ -29,8 +29,7 @@ def main() -> None:
     keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
     prepared, tokenizer_dir, checkpoint, report_dir, resume_dir, timing = command_args(__doc__)
     params = load_params()
-    name = params.model  # as generate and evaluate take it
-    entry = select_model(params, name)
+    name, entry = params.model, params.selected  # as generate and evaluate take it
     tokenizer = load_tokenizer(entry.tokens, prepared, tokenizer_dir)
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
     val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), params.train.steps_scale)  # part of it: a quick run

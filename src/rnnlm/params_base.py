@@ -202,7 +202,7 @@ def read_yaml(path: str | Path) -> Any:
         raise ParamsError(f"{path}: not valid YAML ({first})") from error
 
 
-def load_section(path: str | Path, key: str, cls: type[T]) -> T:
+def load_section(key: str, cls: type[T], path: str | Path = "params.yaml") -> T:
     """The one section `key` of params.yaml at `path`, checked into `cls`; the rest of the file is
     neither checked nor needed (what the data stages read: their outputs depend on nothing else)."""
     raw = read_yaml(path)

@@ -13,7 +13,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (const auto& [name, kernels] : rnnlm::cell_registry()) kernels.bind(m);
   rnnlm::bind_generation(m);
   m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM of one step's products ('mkl' or 'onednn'), the "
-        "fewest multiply-adds a product needs to go to oneDNN and to use the thread pool (rnnlm.backend calls it)",
+        "fewest multiply-adds a product needs to go to oneDNN and to use the thread pool (rnnlm.gemm_choice.tell calls it)",
         pybind11::arg("name"), pybind11::arg("min_onednn_macs"), pybind11::arg("min_parallel_macs"));
   m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM of one step's products now");
   m.def("min_onednn_macs", &rnnlm::min_onednn_macs, "the fewest multiply-adds a product needs to go to oneDNN");

@@ -14,8 +14,8 @@ Layer in:  x (B, T, I), state (None means zeros), optional dropout masks (T, B, 
 Layer out: outputs (B, T, H) (the hidden state of every step) and the final state (see
 `rnnlm.models.state` for its format). Two forms compute the same function:
 
-- `reference_forward`: the cell's `step` (its `recur` after the input product), one time step after
-  another, through autograd;
+- `reference_forward`: the cell's `recur`, one time step after another, through autograd
+  (`autograd_scan`);
 - `forward` (training, scoring, the prompt of stateful sampling): the input-side products of all
   time steps in one matrix product (`input_products`), then `scan`: per step only the hidden-side
   products and the gates. A cell without loops scans through autograd (`autograd_scan`); a cell with
@@ -149,16 +149,12 @@ class RecurrentLayer(nn.Module):
     def reference_forward(
         self, x: Tensor, state: LayerState | None = None, masks: Tensor | None = None
     ) -> tuple[Tensor, LayerState]:
-        """The cell's readable `step`, applied one time step after another."""
+        """The reference every scan is held to: the cell's `recur` step after step through autograd
+        (`autograd_scan`), on input products of plain ATen (not `input_products`' GEMM choice)."""
         B, T, _ = x.shape
         state, masks = self._prepare(B, T, x, state, masks)
-        outputs = []
-        for t in range(x.shape[1]):
-            state = self.cell.step(x[:, t], state)
-            if masks is not None:
-                state = states.with_hidden(state, states.hidden(state) * masks[t])
-            outputs.append(states.hidden(state))
-        return torch.stack(outputs, dim=1), state
+        hs, state = autograd_scan(self.cell, x.transpose(0, 1) @ self.cell.weight_ih.T, state, masks)  # (T, B, H)
+        return hs.transpose(0, 1), state
 
     def forward(
         self, x: Tensor, state: LayerState | None = None, masks: Tensor | None = None

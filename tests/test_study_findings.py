@@ -184,6 +184,21 @@ def test_claim_1_judges_only_grus():
     assert claim(1, lstm).verdict == st.SUPPORTED  # only GRUs are judged
 
 
+def test_the_studys_claims_read_only_runs_trained_as_the_study_trains():
+    """A carried twin (the same cell, tokens and sizes) must not join claims 1-6: in claim 2 it would
+    sit between Astra's sizes; only claim 7 reads it."""
+    study = {"astra_alpha": {"gap_bpc": seeds(1.35, 0.005), "stateless_minus_bigram_bpc": seeds(0.10, 0.01)},
+             "astra_beta": {"gap_bpc": seeds(1.53, 0.005), "stateless_minus_bigram_bpc": seeds(0.10, 0.01)}}
+    twins = {"astra_alpha_carried": {"gap_bpc": seeds(1.60, 0.005), "stateless_minus_bigram_bpc": seeds(-0.9, 0.01)}}
+    alone, beside = frame_of(study), frame_of({**study, **twins}, training={"astra_alpha_carried": "carried"})
+    shapes = {"astra_alpha": SHAPES["alpha"], "astra_alpha_carried": SHAPES["alpha"], "astra_beta": SHAPES["beta"]}
+    for number in range(1, 7):
+        assert [c.row() for c in claim(number, beside, shapes=shapes).comparisons] == \
+            [c.row() for c in claim(number, alone, shapes=shapes).comparisons], number
+    assert claim(2, beside, shapes=shapes).verdict == st.SUPPORTED
+    assert any("astra_alpha_carried" in c.label for c in claim(7, beside, shapes=shapes).comparisons)
+
+
 def _astra(gaps: tuple[float, float], spread: float, n: int = 5) -> pd.DataFrame:
     return frame_of({f"astra_{size}": {"gap_bpc": seeds(gap, spread, n)} for size, gap in zip(("alpha", "beta"), gaps)})
 

@@ -43,6 +43,12 @@ class Evidence:
     def first(self, model: str, column: str):
         return self.frame.loc[self.frame["model"] == model, column].iloc[0]
 
+    def trained(self, recipes: tuple[str, ...]) -> Evidence:
+        """The runs whose training recipe (`train.state`: "reset" or "carried") is one of `recipes`."""
+        keep = self.frame["training"].isin(recipes)
+        models = set(self.frame.loc[keep, "model"])
+        return Evidence(self.frame[keep], self.epochs[self.epochs["model"].isin(models)], self.shapes)
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -113,13 +119,15 @@ class Judgement:
 @dataclass(frozen=True)
 class Claim:
     """A claim of the study as we test it: its words, the question our rule asks, the rule, why its
-    edge is where it is, and the judge that measures it."""
+    edge is where it is, the judge that measures it, and the training recipes whose runs it reads (the
+    study's claims are about models trained as the study trains them: each window from a zero state)."""
 
     text: str
     question: str
     rule: str
     why: str
     judge: Callable[[Evidence], Judgement]
+    recipes: tuple[str, ...] = ("reset",)
 
 
 @dataclass(frozen=True)

@@ -310,7 +310,7 @@ CLAIMS = [
           f"reset − carried stateful bits per character {Above(CARRIED_STATEFUL).sentence()}, and carried − reset "
           f"gap {Above(MARGIN).sentence()} (Welch)",
           f"{CARRIED_STATEFUL} bits is four run-to-run spreads of a stateful score; the gap's margin is claims 2 "
-          "and 3's", _judge_carried),
+          "and 3's", _judge_carried, recipes=("reset", "carried")),
 ]
 """The study's claims in its order, then ours beyond it: claim k is CLAIMS[k - 1]."""
 
@@ -320,7 +320,7 @@ def findings(frame: pd.DataFrame, epochs: pd.DataFrame, shapes: dict[str, tuple]
     evidence = Evidence(frame, epochs, shapes)
     found = []
     for number, claim in enumerate(CLAIMS, start=1):
-        judged = claim.judge(evidence)
+        judged = claim.judge(evidence.trained(claim.recipes))
         measured = [c for c in judged.comparisons if not math.isnan(c.interval.estimate)]
         verdicts = iter(decide([(c.rule, c.interval) for c in measured]))
         comparisons = [replace(c, verdict=next(verdicts) if not math.isnan(c.interval.estimate) else NOT_MEASURED)

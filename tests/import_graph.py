@@ -42,8 +42,9 @@ def _imported(path: Path, package: str) -> set[str]:
     return {name for name in names if name.split(".")[0] == "rnnlm" and module_file(name)}
 
 
-def library_files(script: Path) -> set[Path]:
-    """Every library file that running `script` can execute."""
+def library_files(script: Path, specs: bool = True) -> set[Path]:
+    """Every library file that running `script` can execute. `specs=False`: for a script that reads
+    the cell registry's names but never asks it for a cell (the registry then imports no cell)."""
     seen: set[str] = set()
     todo = [(None, name) for name in _imported(script, "")]
     while todo:
@@ -57,7 +58,7 @@ def library_files(script: Path) -> set[Path]:
         path = module_file(name)
         package = name if path.name == "__init__.py" else ".".join(parts[:-1])
         children = _imported(path, package)
-        if name == REGISTRY:  # the registry imports its cells' modules by name, when a spec is asked for
+        if name == REGISTRY and specs:  # the registry imports its cells' modules by name, when a spec is asked for
             from rnnlm.models.cells import CELLS  # names only: imports no cell
 
             children |= {CELLS.module(cell) for cell in CELLS if module_file(CELLS.module(cell))}
@@ -68,7 +69,7 @@ def library_files(script: Path) -> set[Path]:
 
         # as files of this checkout's src/, whichever copy of the package the import found
         files |= {SRC / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
-    if REGISTRY in seen:  # cells' Triton modules are imported by name, through their specs
+    if REGISTRY in seen and specs:  # cells' Triton modules are imported by name, through their specs
         from rnnlm.models.cells import CELLS
 
         for spec in CELLS.values():

@@ -206,7 +206,7 @@ def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_di
     assert "weights_only" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", ["download", "prepare", "tokenizer", "train", "generate", "evaluate", "report"])
+@pytest.mark.parametrize("name", ["download", "prepare", "tokenizer", "cell", "train", "generate", "evaluate", "report"])
 def test_a_stage_with_the_wrong_number_of_arguments_prints_its_usage(name, stage_dir, stage):
     done = stage(name, stage_dir, "one", "two", "three", "four", "five", "six", "seven", "eight")
     assert done.returncode == 2

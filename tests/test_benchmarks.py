@@ -203,8 +203,8 @@ def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
 
     commands = pipeline_runs.stage_commands()
     assert [c[0] for c in commands] == [f"stages/{s}.py" for s in
-                                        ("download", "prepare", "tokenizer", "train", "generate", "evaluate", "report")]
-    assert commands[3][1] == "data/prepared" and not any("$" in word for command in commands for word in command)
+                                        ("download", "prepare", "tokenizer", "cell", "train", "generate", "evaluate", "report")]
+    assert commands[4][1] == "data/prepared" and not any("$" in word for command in commands for word in command)
     written = {word for command in commands for word in command}
     for path in gpu_check.OUTPUTS.values():  # every file it keeps is one a stage writes, or writes into
         assert path in written or str(Path(path).parent) in written, path

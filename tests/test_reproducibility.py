@@ -40,7 +40,7 @@ def test_same_params_and_inputs_give_the_same_bytes(done_repo, tmp_path):
     first = {path: (done_repo / path).read_bytes() for path in OUTPUTS}
     weights = torch.load(done_repo / "models/model.pt", weights_only=True)["model_state"]
     forced = run(["dvc", "repro", "--force"], done_repo)
-    assert _ran(forced.stdout) == ["download", "prepare", "tokenizer", "train", "generate", "evaluate", "report"]
+    assert _ran(forced.stdout) == ["download", "prepare", "tokenizer", "cell", "train", "generate", "evaluate", "report"]
     for path, data in first.items():
         assert (done_repo / path).read_bytes() == data, path
     again = torch.load(done_repo / "models/model.pt", weights_only=True)["model_state"]

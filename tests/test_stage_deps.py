@@ -1,9 +1,11 @@
 """Stage dependencies that cannot drift: every library file a stage can run (its imports followed
 through the library, and the C++ sources the compiled module is built from) is covered by one of
-the stage's DVC deps, a file or a folder; and every dep exists."""
+the stage's DVC deps, a file or a folder, or, for the cells' folder, by the `cell` stage's
+fingerprint of the selected cell (`models/cell.json`); and every dep exists."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -13,36 +15,63 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.import_graph import import_cycles, library_files, package_cycles
+from tests.import_graph import import_cycles, library_files, module_file, package_cycles
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+CELLS_DIR = REPO_ROOT / "src/rnnlm/models/cells"
+FINGERPRINT = "models/cell.json"  # the cell stage's output
+READ_NOT_RUN = {"cell": ["src/rnnlm/models/cells"]}  # the cell stage hashes these files; it imports no cell
 
 
 def _script(stage: dict) -> Path:
     return REPO_ROOT / re.search(r"python (stages/\w+\.py)", stage["cmd"]).group(1)
 
 
+def _library_cells() -> list[str]:
+    """The registry's cells whose modules are the library's (the tests register one of their own)."""
+    from rnnlm.models.cells import CELLS
+
+    return [cell for cell in CELLS if CELLS.module(cell).startswith("rnnlm.")]
+
+
+def _fingerprinted() -> set[Path]:
+    """The cells' files that some cell's fingerprint covers, and the registry's table (whose entry
+    for the cell the fingerprint holds)."""
+    from rnnlm.models.cells import CELLS
+
+    return {CELLS_DIR / "__init__.py"} | {REPO_ROOT / "src" / path for cell in _library_cells()
+                                           for path in CELLS.fingerprint(cell)["files"]}
+
+
 def _covered(path: Path, deps: list[str]) -> bool:
     relative = path.relative_to(REPO_ROOT)
+    if FINGERPRINT in deps and path in _fingerprinted():
+        return True
     return any(relative == Path(dep) or Path(dep) in relative.parents for dep in deps)
+
+
+def _files(name: str) -> set[Path]:
+    return library_files(_script(STAGES[name]), specs=name != "cell")
 
 
 @pytest.mark.parametrize("name", STAGES)
 def test_every_library_file_a_stage_runs_is_a_dependency(name):
     stage = STAGES[name]
     deps = stage["deps"]
-    files = library_files(_script(stage))
+    files = _files(name)
     assert files, "the stage imports no library code: the import graph is broken"
     missing = sorted(str(path.relative_to(REPO_ROOT)) for path in files if not _covered(path, deps))
     assert not missing, f"{name}: add to its deps in dvc.yaml: {missing}"
     assert str(_script(stage).relative_to(REPO_ROOT)) in deps
 
 
-def _unused(stage: dict) -> list[str]:
+def _unused(stage: dict, name: str = "") -> list[str]:
     """The library files a stage's deps list (a folder: all its files) that the stage never runs."""
-    files = library_files(_script(stage)) | {_script(stage)}
+    files = library_files(_script(stage), specs=name != "cell") | {_script(stage)}
     listed = set()
     for dep in stage["deps"]:
+        if dep in READ_NOT_RUN.get(name, []):
+            continue
         path = REPO_ROOT / dep
         if dep.startswith(("src/", "stages/")):
             listed |= {f for f in path.rglob("*") if f.suffix in (".py", ".cpp", ".h")} if path.is_dir() else {path}
@@ -53,7 +82,7 @@ def _unused(stage: dict) -> list[str]:
 def test_every_library_dependency_is_run_by_its_stage(name):
     """The other way round: a listed library file that the stage never runs would rerun the stage
     whenever it changes, for nothing."""
-    unused = _unused(STAGES[name])
+    unused = _unused(STAGES[name], name)
     assert not unused, f"{name}: its deps in dvc.yaml list files it never runs: {unused}"
 
 
@@ -69,18 +98,51 @@ def test_every_library_dependency_exists(name):
     assert all((REPO_ROOT / dep).exists() for dep in library), [dep for dep in library if not (REPO_ROOT / dep).exists()]
 
 
-def test_the_model_stages_cover_every_registered_cell_and_its_compiled_code():
+def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_folder():
+    """What `Registry.files` takes by its naming rule (NAME.py, NAME.cpp, NAME_triton.py, the shared
+    files) against what a model of the cell runs: its module's imports, its Triton module, the
+    compiled code (the compiled module holds every cell's loops; a model calls its own cell's,
+    registered under its name, and the shared kernels). No file of the folder escapes every cell's
+    fingerprint."""
     from rnnlm import native
+    from rnnlm.models.cells import CELLS
 
-    for name in ("train", "generate", "evaluate"):
-        files = library_files(_script(STAGES[name]))
-        expected = {REPO_ROOT / "src" / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
-        assert expected <= files, name
+    compiled = {REPO_ROOT / "src" / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
+    for cell in _library_cells():
+        module = module_file(CELLS.module(cell))
+        runs = {path for path in library_files(module, specs=False) if path.suffix == ".py"} | {module}
+        if CELLS[cell].triton_module:
+            triton = module_file(CELLS[cell].triton_module)
+            runs |= {path for path in library_files(triton, specs=False) if path.suffix == ".py"} | {triton}
+        own_cpp = CELLS_DIR / f"{module.stem}.cpp"
+        runs |= {path for path in compiled if path.parent == CELLS_DIR and (path.name.startswith("kernels") or path == own_cpp)}
+        expected = {path for path in runs if path.parent == CELLS_DIR} - {CELLS_DIR / "__init__.py"}
+        assert expected <= {REPO_ROOT / "src" / path for path in CELLS.fingerprint(cell)["files"]}, cell
+    assert {path for path in CELLS_DIR.iterdir() if path.is_file()} <= _fingerprinted()
 
 
-def test_a_stage_that_runs_more_than_its_deps_fails_this_check(tmp_path):
-    """The check can fail: the train stage's deps without the cells' folder miss the cell files."""
-    deps = [dep for dep in STAGES["train"]["deps"] if dep != "src/rnnlm/models"]
+def test_the_cell_stage_imports_no_cell_and_no_pytorch(tmp_path):
+    """What lets its import graph stop at the registry's names (`specs=False` above); and it writes
+    the selected cell's files alone."""
+    out = tmp_path / "cell.json"
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['cell', {str(out)!r}]\n"
+            "try:\n"
+            f"    runpy.run_path({str(REPO_ROOT / 'stages/cell.py')!r}, run_name='__main__')\n"
+            "except SystemExit as end:\n"
+            "    assert not end.code, end.code\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('rnnlm.models.cells.')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "['rnnlm.models.cells.registry']", done.stdout
+    record = json.loads(out.read_text())
+    assert record["cell"] == "gru" and "rnnlm/models/cells/gru.py" in record["files"]
+    assert not [f for f in record["files"] if "lstm" in f or "mgu" in f or f.endswith("__init__.py")]
+
+
+def test_a_stage_that_runs_more_than_its_deps_fails_this_check():
+    """The check can fail: the train stage's deps without the cell's fingerprint miss the cell files."""
+    deps = [dep for dep in STAGES["train"]["deps"] if dep != FINGERPRINT]
     files = library_files(_script(STAGES["train"]))
     assert any(not _covered(path, deps) and path.suffix == ".cpp" for path in files)
 

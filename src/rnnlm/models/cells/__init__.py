@@ -7,63 +7,18 @@ which registers them under the same name, Triton ones in `NAME_triton.py`, named
 without them autograd runs its `recur`. params.yaml's `cell:` choices, the model's layers, the
 sampling stepper and the tests all read `CELLS`.
 
-The registry names each cell's module rather than importing it: the cells' names are known without
+The registry (`registry.Registry`) names each cell's module rather than importing it: the cells' names are known without
 PyTorch, so that the stages that only read params.yaml's other sections (download, prepare,
 tokenizer) check every `cell:` without importing PyTorch (seconds per stage); a cell's module is
 imported the first time its `CellSpec` is asked for.
+
+The model stages do not depend on this file or on the other cells: the `cell` stage writes the
+selected cell's registry entry and the fingerprints of the files its models run
+(`Registry.files`) to `models/cell.json`, and train, generate and evaluate depend on that, so adding
+or editing another cell leaves them as they are.
 """
 
-from __future__ import annotations
-
-import importlib
-from collections.abc import Iterator, MutableMapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rnnlm.models.cells.base import CellSpec
-
-
-class Registry(MutableMapping[str, "CellSpec"]):
-    """Cell name (params.yaml's `cell:`) -> its `CellSpec`, imported from the cell's module on first use.
-
-    In: {name: module path}, the module defining `SPEC` with that name. A spec can also be added as
-    it is (`CELLS[spec.name] = spec`: a cell defined outside the library, as the tests do)."""
-
-    def __init__(self, modules: dict[str, str]):
-        self._modules = dict(modules)
-        self._specs: dict[str, CellSpec] = {}
-
-    def __getitem__(self, name: str) -> CellSpec:
-        if name not in self._specs:
-            spec = importlib.import_module(self._modules[name]).SPEC  # KeyError for an unknown name
-            if spec.name != name:
-                raise RuntimeError(f"the registry names {self._modules[name]} 'cell: {name}', but its SPEC is {spec.name!r}")
-            self._specs[name] = spec
-        return self._specs[name]
-
-    def __setitem__(self, name: str, spec: CellSpec) -> None:
-        if spec.name != name:
-            raise ValueError(f"a CellSpec named {spec.name!r} registered as {name!r}; expected the same name")
-        self._modules[name] = spec.layer.__module__
-        self._specs[name] = spec
-
-    def module(self, name: str) -> str:
-        """The module that defines cell `name`, without importing it."""
-        return self._modules[name]
-
-    def __delitem__(self, name: str) -> None:
-        del self._modules[name]
-        self._specs.pop(name, None)
-
-    def __contains__(self, name: object) -> bool:  # without importing the cell
-        return name in self._modules
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._modules)
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
+from rnnlm.models.cells.registry import Registry
 
 CELLS = Registry({
     "gru": "rnnlm.models.cells.gru",

@@ -1,0 +1,81 @@
+"""The cell registry's machinery: name -> module, imported on first use, and the files a cell's
+models run (what the `cell` stage fingerprints). The table itself is `rnnlm.models.cells.CELLS`."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rnnlm.models.cells.base import CellSpec
+
+FOLDER = Path(__file__).parent
+PACKAGE = "rnnlm.models.cells"
+SHARED = ("registry.py", "base.py", "kernels.h", "kernels.cpp", "triton_common.py")
+"""What every cell's models run from this folder: the machinery, the layers' scan and stepper, the
+compiled loops' shared kernels and the Triton helpers."""
+
+
+class Registry(MutableMapping[str, "CellSpec"]):
+    """Cell name (params.yaml's `cell:`) -> its `CellSpec`, imported from the cell's module on first use.
+
+    In: {name: module path}, the module defining `SPEC` with that name. A spec can also be added as
+    it is (`CELLS[spec.name] = spec`: a cell defined outside the library, as the tests do)."""
+
+    def __init__(self, modules: dict[str, str]):
+        self._modules = dict(modules)
+        self._specs: dict[str, CellSpec] = {}
+
+    def __getitem__(self, name: str) -> CellSpec:
+        if name not in self._specs:
+            spec = importlib.import_module(self._modules[name]).SPEC  # KeyError for an unknown name
+            if spec.name != name:
+                raise RuntimeError(f"the registry names {self._modules[name]} 'cell: {name}', but its SPEC is {spec.name!r}")
+            self._specs[name] = spec
+        return self._specs[name]
+
+    def __setitem__(self, name: str, spec: CellSpec) -> None:
+        if spec.name != name:
+            raise ValueError(f"a CellSpec named {spec.name!r} registered as {name!r}; expected the same name")
+        self._modules[name] = spec.layer.__module__
+        self._specs[name] = spec
+
+    def module(self, name: str) -> str:
+        """The module that defines cell `name`, without importing it."""
+        return self._modules[name]
+
+    def files(self, name: str) -> list[Path]:
+        """The files of this folder that a model of cell `name` runs: its module `NAME.py`, its
+        compiled loops `NAME.cpp` and its Triton loops `NAME_triton.py` where it has them, and the
+        shared ones (`SHARED`). Other cells' files are not among them. ValueError for a cell whose
+        module lives elsewhere (one registered at run time, as the tests do)."""
+        module = self._modules[name]
+        if module.rpartition(".")[0] != PACKAGE:
+            raise ValueError(f"cell {name!r} is defined in {module}, outside {PACKAGE}: it has no files here")
+        stem = module.rpartition(".")[2]
+        own = [FOLDER / f"{stem}.py", FOLDER / f"{stem}.cpp", FOLDER / f"{stem}_triton.py"]
+        return sorted(path for path in (*own, *(FOLDER / shared for shared in SHARED)) if path.exists())
+
+    def fingerprint(self, name: str) -> dict[str, object]:
+        """What the model stages depend on for cell `name`, without importing it: its registry entry
+        and the sha256 of each of its `files`, by path under src/ (the same in every checkout)."""
+        src = FOLDER.parents[2]
+        return {"cell": name, "module": self._modules[name],
+                "files": {path.relative_to(src).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+                          for path in self.files(name)}}
+
+    def __delitem__(self, name: str) -> None:
+        del self._modules[name]
+        self._specs.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:  # without importing the cell
+        return name in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __len__(self) -> int:
+        return len(self._modules)

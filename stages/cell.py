@@ -1,0 +1,29 @@
+"""DVC stage `cell`: what the selected model's cell is made of, as a file the model stages depend on.
+
+Usage: python stages/cell.py OUT_JSON
+Writes OUT_JSON: the cell's name, its module and the sha256 of each library file its models run
+(`Registry.fingerprint`: its own files and the shared ones; nothing for the fixed-window MLP, which
+has no cell). train, generate and evaluate depend on OUT_JSON instead of the cells' folder, so a new
+or edited cell reruns this stage (a second, no PyTorch) and only the models of that cell: for any
+other model OUT_JSON comes out byte for byte as before, and DVC skips the stages after it.
+"""
+
+import json
+
+from rnnlm.atomic import write_text_atomic
+from rnnlm.command_line import command_args, run_main
+from rnnlm.models.cells import CELLS
+from rnnlm.params import load_params
+
+
+def main() -> None:
+    (out_json,) = command_args(__doc__)
+    params = load_params()  # the whole file: this is the first stage that reads a model's entry
+    cell = params.selected.cell
+    record = CELLS.fingerprint(cell) if cell in CELLS else {"cell": cell, "module": None, "files": {}}
+    write_text_atomic(out_json, json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out_json}: {params.model}'s cell {cell}, {len(record['files'])} files")
+
+
+if __name__ == "__main__":
+    run_main(main)

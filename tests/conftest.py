@@ -295,3 +295,9 @@ def pytest_collection_modifyitems(config, items):
     a long file started last would run alone while the other worker idles."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within a file is kept
+
+
+@pytest.fixture
+def study_cli(in_process):
+    """`study_cli(repo, *args)`: `python -m rnnlm.study ARGS` in `repo`, run in this process."""
+    return lambda repo, *args: in_process(["-m", "rnnlm.study", *args], repo)

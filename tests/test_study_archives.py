@@ -11,11 +11,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rnnlm.study import collect as study_collect, folders as study_folders
 from tests.conftest import REPO_ROOT
-from tests.test_study import _write_run
+from tests.study_repo import write_run
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
@@ -31,7 +30,7 @@ def _archive(tmp_path: Path, model: str = "beta", seed: int = 2, stateful: float
     """What gpu_check.py --study sends back for one run: its workspace packed by `gpu_check.pack`."""
     work = tmp_path / f"work-{model}-{seed}-{stateful}"
     work.mkdir()
-    _write_run(work, model, 1.0, stateful, seed)
+    write_run(work, model, 1.0, stateful, seed)
     train = json.loads((work / "reports/train/metrics.json").read_text())
     (work / "reports/train/metrics.json").write_text(json.dumps({**train, "device": "cuda",
                                                                  "processor": "NVIDIA H200", "gemm": "cublas"}))

@@ -10,7 +10,6 @@ import math
 import re
 import statistics
 import warnings
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,13 +10,10 @@ import torch
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.params import as_dict, parse_params
 from rnnlm.data.tokenizers import CharTokenizer
-from rnnlm.device import DeviceError, make_cuda_repeatable, resolve_device
 from rnnlm.models.kinds import build_model
 from rnnlm.training.resume import read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
-from rnnlm import cpu
-from rnnlm.training.train import (TrainingError, WindowSampler, processor_name, steps_per_epoch, train,
-                                 val_batch_seed)
+from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from rnnlm import gemm_choice
 from rnnlm.reporting.training_report import training_summary
@@ -209,41 +205,6 @@ def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp
         _train(tiny_params(raw_params), resume_dir=tmp_path)
     _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
     assert kept["epoch"] == 1
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
-def test_cuda_without_a_gpu_is_a_clear_error():
-    with pytest.raises(DeviceError, match="train.device is 'cuda' but no CUDA GPU is available"):
-        resolve_device("cuda")
-    assert resolve_device("auto").type == "cpu"
-
-
-def test_cuda_runs_ask_for_repeatable_arithmetic(monkeypatch):
-    """cuBLAS's fixed workspace (unless the user set another) and PyTorch's deterministic algorithms,
-    warning only: what `device_for` sets on CUDA before the first product."""
-    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    try:
-        make_cuda_repeatable()
-        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
-        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
-        make_cuda_repeatable()
-        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-
-
-@pytest.mark.parametrize("cpuinfo, expected", [
-    ({"model name": "AMD EPYC", "cpu family": "26", "model": "2", "stepping": "1"},
-     "AMD EPYC (family 26 model 2 stepping 1)"),
-    ({"model name": "AMD EPYC", "cpu family": "25", "model": "1", "stepping": "1"},
-     "AMD EPYC (family 25 model 1 stepping 1)"),
-    ({"model name": "Some CPU"}, "Some CPU"),  # no generation readable: the name alone
-])
-def test_the_processor_a_run_records_tells_cpu_generations_apart(monkeypatch, cpuinfo, expected):
-    monkeypatch.setattr(cpu, "_cpuinfo", lambda field: cpuinfo.get(field, ""))
-    assert processor_name(torch.device("cpu")) == expected
 
 
 def test_steps_scale():

@@ -1,0 +1,74 @@
+"""A scratch git repository holding study runs as `dvc repro` and `dvc exp run` leave them: what the
+study's collect, report and queue tests read (no DVC, no training: the files alone)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+MODELS = ["alpha", "beta", "gamma"]
+
+
+def git(repo: Path, *args: str, env: dict | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout
+
+
+def run_metrics(model: str, stateful: float) -> dict:
+    return {"model": model, "tokens": "char", "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59,
+            "context_horizon": 8, "context_carried_bpc": 2.4, "context_curve_bpc": {"1": 3.6, "8": 2.41},
+            "reset_curve_bpc": {"1": 3.75, "4": 3.0, "never": stateful},
+            "text": {"stateless": {"known_word_share": 0.4, "repeated_4gram_share": 0.2},
+                     "stateful": {"known_word_share": 0.8, "repeated_4gram_share": 0.1}}}
+
+
+def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int = 1337) -> None:
+    """The workspace as a finished `dvc repro` of `model` leaves it (the files collect reads)."""
+    (repo / "reports/train").mkdir(parents=True, exist_ok=True)
+    (repo / "reports/plots").mkdir(parents=True, exist_ok=True)
+    entry = {"tokens": "char", "cell": "gru", "embd": 8, "hidden": 16, "layers": 1, "epochs": 2}
+    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "seed": seed, "train": {"steps_scale": scale},
+                                                      "models": {model: entry}}))
+    train = {"model": model, "device": "cpu", "processor": "Test CPU", "gemm": "onednn", "parameters": 1000,
+             "epochs": 2, "steps": 20, "val_loss": 1.7, "best_val_loss": 1.69, "seconds": 12.5}
+    (repo / "reports/train/metrics.json").write_text(json.dumps(train))
+    epochs = "step\tepoch\ttrain_loss\tval_loss\tval_batch_loss\n10\t1\t2.0\t1.69\t1.72\n20\t2\t1.8\t1.7\t1.69\n"
+    (repo / "reports/train/epochs.tsv").write_text(epochs)
+    (repo / "reports/train/steps.tsv").write_text("step\ttrain_loss\n1\t2.0\n")
+    (repo / "reports/metrics.json").write_text(json.dumps(run_metrics(model, stateful)))
+    for name in ("reset_curve.csv", "context_curve.csv"):
+        (repo / "reports/plots" / name).write_text("k,bpc\n1,3.7\n")
+    (repo / "reports/generations.json").write_text("{}")
+    (repo / "reports/generations.md").write_text(f"# Generations: {model} {stateful}\n")
+    (repo / "reports/timing").mkdir(exist_ok=True)
+    for stage in ("train", "generate", "evaluate"):
+        (repo / f"reports/timing/{stage}.json").write_text(json.dumps({"stage": stage, "wall_s": 1.0, "cpu_s": 1.5}))
+
+
+def commit(repo: Path, message: str, date: str) -> str:
+    env = {"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date, "HOME": str(repo), "PATH": "/usr/bin:/bin"}
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", message, env=env)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def experiment(repo: Path, name: str, model: str, scale: float, stateful: float, date: str, seed: int = 1337) -> str:
+    """A commit on top of HEAD kept only under refs/exps/, as `dvc exp run` (or `dvc exp pull`) leaves one."""
+    baseline = git(repo, "rev-parse", "HEAD").strip()
+    write_run(repo, model, scale, stateful, seed)
+    rev = commit(repo, name, date)
+    git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}", rev)
+    git(repo, "reset", "-q", "--hard", baseline)
+    return rev
+
+
+def new_repo(tmp_path: Path) -> Path:
+    """A repository whose branch holds one committed run: alpha, seed 1337, full scale."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    write_run(root, "alpha", 1.0, 2.50)
+    commit(root, "alpha, committed", "2026-01-01T10:00:00+00:00")
+    return root

@@ -1,0 +1,110 @@
+"""The study's `run`: which (model, seed) runs it queues, how it waits for DVC's worker, and what it
+refuses before queuing anything."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rnnlm.errors import RnnlmError
+from rnnlm.study import cli as study_command
+from rnnlm.study import queue as study_queue
+from tests.conftest import REPO_ROOT
+from tests.study_repo import experiment, new_repo
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    return new_repo(tmp_path)
+
+
+def test_a_models_seeds_are_the_pinned_one_then_1_2_3():
+    assert study_queue.seeds_wanted(1337, 5) == [1337, 1, 2, 3, 4]
+    assert study_queue.seeds_wanted(2, 4) == [2, 1, 3, 4]
+    assert study_queue.seeds_wanted(1337, 1) == [1337]
+
+
+def test_run_queues_each_model_and_seed_not_held_yet(repo):
+    experiment(repo, "alpha-seed1", "alpha", 1.0, 2.45, "2025-12-30T10:00:00+00:00", seed=1)  # finished, not collected
+    experiment(repo, "quick-alpha-seed2", "alpha", 0.01, 3.9, "2025-12-30T10:00:00+00:00", seed=2)  # another scale
+    held = study_queue.held_runs(repo, repo / "reports/study", 1.0)
+    assert held == {("alpha", 1), ("alpha", 1337)}  # seed 1337: the branch's committed run
+    (repo / "reports/study/beta/seed-2").mkdir(parents=True)  # collected
+    held = study_queue.held_runs(repo, repo / "reports/study", 1.0)
+    todo = study_queue.plan(["alpha", "beta"], [1337, 1, 2], held, {"beta-seed1"}, 1.0)
+    assert todo == [("alpha", 2), ("beta", 1337)]  # beta seed 1 is already queued
+    assert study_queue.queue_command("beta", 1337, 1.0) == [
+        "dvc", "exp", "run", "--queue", "-n", "beta-seed1337", "-S", "model=beta", "-S", "seed=1337", "-S",
+        "train.steps_scale=1"]
+    assert study_queue.experiment_name("beta", 2, 0.01) == "beta-seed2-scale0.01"
+
+
+def test_runs_are_queued_only_once_an_idle_worker_has_exited(monkeypatch):
+    """DVC's worker exits on an empty queue, and a run queued meanwhile can be dropped: `run` waits
+    for an idle worker to go (reading `dvc queue status` each second), then queues and starts one."""
+    def status(workers: str) -> str:
+        return ("Task     Name          Created    Status\n"
+                "a38da70  alpha-seed1   09:45 AM   Failed\n\n"
+                f"Worker status: {workers}\n")
+
+    replies = [status("0 active, 1 idle"), status("0 active, 1 idle"), status("0 active, 0 idle")]
+    calls = []
+
+    def dvc(command):
+        calls.append(" ".join(command[:3]))
+        return replies.pop(0) if command[:3] == ["dvc", "queue", "status"] else ""
+
+    monkeypatch.setattr(study_queue, "_dvc", dvc)
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    monkeypatch.setattr(study_queue.time, "sleep", lambda seconds: None)
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    parsed = study_queue.QueueStatus([("alpha-seed1", "Failed")], 0, 1)
+    assert study_queue.queue_status() == parsed and not parsed.pending
+    replies.insert(0, status("0 active, 1 idle"))
+    assert study_queue.run(["alpha"], [1], 1.0, wait=False) == [("alpha", 1)]
+    assert calls[-4:] == ["dvc queue status", "dvc queue status", "dvc queue status", "dvc exp run"]
+    assert started == [["dvc", "queue", "start", "--jobs", "1"]]  # the idle worker is gone: a new one
+
+
+def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch):
+    """`run --jobs 2` starts two workers whose runs compute on half the cores each (OMP_NUM_THREADS in
+    their environment): two runs each with every core wait on each other's threads. A thread count
+    the user set is kept; one worker changes nothing."""
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: "Worker status: 0 active, 0 idle\n"
+                        if command[:3] == ["dvc", "queue", "status"] else "")
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    monkeypatch.setattr(study_queue.os, "cpu_count", lambda: 8)
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(
+        (command, kw["env"].get("OMP_NUM_THREADS"))) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    study_queue.run(["alpha"], [1], 1.0, wait=False, jobs=2)
+    study_queue.run(["alpha"], [2], 1.0, wait=False, jobs=1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    study_queue.run(["alpha"], [3], 1.0, wait=False, jobs=2)
+    assert started == [(["dvc", "queue", "start", "--jobs", "2"], "4"), (["dvc", "queue", "start", "--jobs", "1"], None),
+                       (["dvc", "queue", "start", "--jobs", "2"], "3")]
+    assert [study_queue.worker_threads(jobs, cores=2) for jobs in (1, 2, 3)] == [2, 1, 1]
+
+
+def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_queued(monkeypatch):
+    calls = []
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")
+    with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
+        study_command.main(["run", "--models", "astra_alpha", "nosuch", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
+        study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):
+        study_command.main(["run", "--seeds", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match="--jobs 0: expected at least one queue worker"):
+        study_command.main(["run", "--jobs", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match=r"--seeds 100000 for 2 models asks for 200,000 runs, more than --max-runs "
+                                         r"100; pass --max-runs 200000 to queue them \(an over-long queue: `dvc queue "
+                                         r"remove --queued` empties it\)"):
+        study_command.main(["run", "--models", "astra_alpha", "leviathan", "--seeds", "100000", "--params",
+                            str(REPO_ROOT / "params.yaml")])
+    assert calls == []

@@ -186,6 +186,9 @@ def span(values: list[float]) -> str:
 
 
 def grus(evidence: Evidence) -> list[str]:
+    """The GRU models among the runs: claims 1, 2 and 6 are the study's words about its GRUs, so a
+    model of another cell (Leviathan's LSTM, the tanh RNN, a new cell) is outside them by their
+    text; the runs are those of the study's recipe (`Claim.recipes`)."""
     return [m for m in evidence.models() if evidence.first(m, "cell") == "gru"]
 
 

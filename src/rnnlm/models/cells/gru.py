@@ -136,18 +136,19 @@ def step(gates_x, h, rz_t, n_t):
 class GRUScan(torch.autograd.Function):
     """The GRU over T steps.
 
-    In:  products (T, B, 3H) = x W_ih^T for r, z, candidate, contiguous, consumed: overwritten
-         with the activated gates; h0 (B, H); weight_hh (3H, H); bias_ih (3H); bias_rz (2H);
+    In:  spec (whose loops run); products (T, B, 3H) = x W_ih^T for r, z, candidate, contiguous,
+         consumed: overwritten with the activated gates; h0 (B, H); weight_hh (3H, H); bias_ih (3H); bias_rz (2H);
          masks (T, B, H) or None.
     Out: hs (T, B, H), the state after every step (the last one is the final state), and the
          gates (the products tensor itself, not differentiable).
     """
 
     @staticmethod
-    def forward(ctx, products, h0, weight_hh, bias_ih, bias_rz, masks):
+    def forward(ctx, spec, products, h0, weight_hh, bias_ih, bias_rz, masks):
         bias = fold_bias(bias_ih, bias_rz)
-        hs, reset_h = loops_for(SPEC, products).forward(products, h0, weight_hh, bias, masks)
+        hs, reset_h = loops_for(spec, products).forward(products, h0, weight_hh, bias, masks)
         gates = consumed(ctx, products)
+        ctx.spec = spec
         ctx.save_for_backward(h0, weight_hh, gates, reset_h, hs, masks)
         return hs, gates
 
@@ -157,7 +158,7 @@ class GRUScan(torch.autograd.Function):
         h0, weight_hh, gates, reset_h, hs, masks = ctx.saved_tensors
         T, B, H = hs.shape
         grad_hs = or_zeros(grad_hs, hs)
-        grad_h0 = loops_for(SPEC, hs).backward(grad_hs, h0, weight_hh, gates, hs, masks)
+        grad_h0 = loops_for(ctx.spec, hs).backward(grad_hs, h0, weight_hh, gates, hs, masks)
         grad_gates = overwritten(gates)
         grad_weight_hh = torch.cat(
             [
@@ -167,7 +168,7 @@ class GRUScan(torch.autograd.Function):
         )
         grad_bias_ih = grad_gates.sum((0, 1))
         # bias_rz's gradient is bias_ih's r and z part, copied so the two .grad tensors never share memory.
-        return grad_gates, grad_h0, grad_weight_hh, grad_bias_ih, grad_bias_ih[: 2 * H].clone(), None
+        return None, grad_gates, grad_h0, grad_weight_hh, grad_bias_ih, grad_bias_ih[: 2 * H].clone(), None
 
 
 class GRULayer(RecurrentLayer):
@@ -177,7 +178,7 @@ class GRULayer(RecurrentLayer):
 
     def _scan(self, products: Tensor, h: Tensor, masks: Tensor | None) -> tuple[Tensor, Tensor]:
         c = self.cell
-        hs, _ = GRUScan.apply(products, h, c.weight_hh, c.bias_ih, c.bias_rz, masks)
+        hs, _ = GRUScan.apply(self.spec, products, h, c.weight_hh, c.bias_ih, c.bias_rz, masks)
         return hs, hs[-1]
 
 

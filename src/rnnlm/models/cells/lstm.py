@@ -118,15 +118,16 @@ def step(gates_x, h, c, hh_t):
 class LSTMScan(torch.autograd.Function):
     """The LSTM over T steps.
 
-    In:  products (T, B, 4H) = x W_ih^T, contiguous, consumed (overwritten with the activated gates);
-         h0, c0 (B, H); weight_hh (4H, H); bias_ih (4H); masks or None.
+    In:  spec (whose loops run); products (T, B, 4H) = x W_ih^T, contiguous, consumed (overwritten
+         with the activated gates); h0, c0 (B, H); weight_hh (4H, H); bias_ih (4H); masks or None.
     Out: hs (T, B, H), the h after every step, the final c (B, H), and the gates (not differentiable).
     """
 
     @staticmethod
-    def forward(ctx, products, h0, c0, weight_hh, bias_ih, masks):
-        hs, cs = loops_for(SPEC, products).forward(products, h0, c0, weight_hh, bias_ih, masks)
+    def forward(ctx, spec, products, h0, c0, weight_hh, bias_ih, masks):
+        hs, cs = loops_for(spec, products).forward(products, h0, c0, weight_hh, bias_ih, masks)
         gates = consumed(ctx, products)
+        ctx.spec = spec
         ctx.save_for_backward(h0, c0, weight_hh, gates, cs, hs, masks)
         return hs, cs[-1].clone(), gates
 
@@ -135,10 +136,10 @@ class LSTMScan(torch.autograd.Function):
     def backward(ctx, grad_hs, grad_c_last, _):
         h0, c0, weight_hh, gates, cs, hs, masks = ctx.saved_tensors
         grad_hs, grad_c_last = or_zeros(grad_hs, hs), or_zeros(grad_c_last, c0)
-        grad_h0, grad_c0 = loops_for(SPEC, hs).backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks)
+        grad_h0, grad_c0 = loops_for(ctx.spec, hs).backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks)
         grad_gates = overwritten(gates)
         grad_weight_hh = state_weight_gradient(grad_gates, h0, hs)
-        return grad_gates, grad_h0, grad_c0, grad_weight_hh, grad_gates.sum((0, 1)), None
+        return None, grad_gates, grad_h0, grad_c0, grad_weight_hh, grad_gates.sum((0, 1)), None
 
 
 class LSTMLayer(RecurrentLayer):
@@ -149,7 +150,7 @@ class LSTMLayer(RecurrentLayer):
     def _scan(
         self, products: Tensor, state: tuple[Tensor, Tensor], masks: Tensor | None
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        hs, c_last, _ = LSTMScan.apply(products, state[0], state[1], self.cell.weight_hh, self.cell.bias_ih, masks)
+        hs, c_last, _ = LSTMScan.apply(self.spec, products, state[0], state[1], self.cell.weight_hh, self.cell.bias_ih, masks)
         return hs, (hs[-1], c_last)
 
 

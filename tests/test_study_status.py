@@ -41,11 +41,14 @@ def test_a_run_cut_off_with_its_session_says_how_far_it_got_and_how_to_go_on(rep
                                       1.0, resume_dir=resume)
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
     assert rows[("astra_gamma", "1337")].endswith("collected")
-    assert rows[("astra_gamma", "2")].endswith(f"interrupted; reached epoch 7/20, last on AMD EPYC, resume file {gamma}")
+    assert rows[("astra_gamma", "2")].endswith(f"interrupted; reached epoch 7/20, last on AMD EPYC, resume file {gamma}, "
+                                               "saved just now")
     assert rows[("astra_gamma", "3")].endswith("missing")
     assert rows[("leviathan", "1")].endswith(
         "cut off: DVC's queue lists it running, but no worker is alive (its session ended); reached epoch 3/20 "
-        f"+ 120 steps, last on Intel Xeon (family 6 model 207 stepping 2), resume file {levi}")
+        f"+ 120 steps, last on Intel Xeon (family 6 model 207 stepping 2), resume file {levi}, saved just now")
+    assert [study_status._age(s) for s in (59, 600, 5400, 36_000)] == ["just now", "10 min ago", "1.5 h ago", "10.0 h ago"]
+    assert lines[0].startswith("model        ") and rows[("astra_gamma", "1337")].startswith("astra_gamma   1337")
     assert rows[("leviathan", "2")].endswith("queued (DVC queue)")
     assert lines[-3:] == ["to continue the runs cut off (each resumes from its file, on this or another CPU):",
                           "  dvc queue kill leviathan-seed1",

@@ -55,10 +55,17 @@ def _resume_files(folder: Path | None, steps_scale: float) -> dict[tuple[str, in
     return found
 
 
+def _age(seconds: float) -> str:
+    return "just now" if seconds < 60 else f"{seconds / 60:.0f} min ago" if seconds < 5400 else f"{seconds / 3600:.1f} h ago"
+
+
 def _progress(header: ResumeHeader) -> str:
+    """How far the run got, where, and when it last saved (a file saved minutes ago may belong to a
+    training still running in another checkout, which this repository's queue does not see)."""
     steps = f" + {header['step_in_epoch']} steps" if header["step_in_epoch"] else ""
     where = f", last on {header['processor']}" if header["processor"] else ""
-    return f"epoch {header['epoch']}/{header['epochs']}{steps}{where}, resume file {header.path}"
+    return (f"epoch {header['epoch']}/{header['epochs']}{steps}{where}, resume file {header.path}, "
+            f"saved {_age(header.age_s())}")
 
 
 def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequence[int],
@@ -68,7 +75,8 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
     (queue, workers), slurm, pushed = _local_queue(repo), slurm_states(repo), _pushed(repo, remote)
     saved = _resume_files(resume_dir, steps_scale)
-    lines, dead, to_continue = [f"{'model':<14} {'seed':>6}  state"], [], []
+    width = max([len("model"), *map(len, models)])
+    lines, dead, to_continue = [f"{'model':<{width}} {'seed':>6}  state"], [], []
     for model in models:
         for seed in seeds:
             name = experiment_name(model, seed, steps_scale)
@@ -95,7 +103,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 state = "missing"
             if header is not None and state not in ("collected",) and not state.startswith("finished"):
                 state += f"; reached {_progress(header)}"
-            lines.append(f"{model:<14} {seed:>6}  {state}")
+            lines.append(f"{model:<{width}} {seed:>6}  {state}")
     if to_continue:
         lines += ["", "to continue the runs cut off (each resumes from its file, on this or another CPU):"]
         if dead:

@@ -27,7 +27,7 @@ from rnnlm.study.evidence import (COMPARISON_HEADER, Claim, Comparison, Evidence
                                   families, grus, needed_one, rounded, single, span, verdict_code)
 from rnnlm.study.logged_curves import curve_comparison, one_batch_noise, prediction_range, study_logs
 from rnnlm.study.rules import Above, Within, decide
-from rnnlm.study.stats import NOT_MEASURED, paired, t_interval
+from rnnlm.study.stats import NOT_MEASURED, paired, t_interval, welch
 
 NOT_BELOW_BIGRAM = -0.05
 """Claim 1 (bits per character): a stateless GRU is "no better than a bigram" when it lies at most
@@ -264,14 +264,34 @@ def _judge_carried(evidence: Evidence) -> Judgement:
         insight = ("No model trained with the state carried has runs beside its reset twin yet (params.yaml's "
                    "entries with `train: {state: carried}`; `python -m rnnlm.study run --models NAME --seeds 5`).")
     else:
-        moved = [f"{c}: stateful {evidence.mean(c, 'stateful_bpc') - evidence.mean(r, 'stateful_bpc'):+.3f}, "
-                 f"gap {evidence.mean(c, 'gap_bpc') - evidence.mean(r, 'gap_bpc'):+.3f} bits against {r}"
-                 for c, r in pairs]
-        insight = ("The study's models never saw a state they did not start from zero within 128 characters; "
-                   "carrying it through training is what the stateful mode asks of them at inference. On average "
-                   "over seeds, " + "; ".join(moved) + ". The context curve at 256 and 1,024 tokens shows whether "
-                   "the carried models use the longer context they were trained with.")
+        insight = ("The study's models never saw a state they had not built from zero within 128 characters; "
+                   "trained with it carried, a model meets at every window the kind of state the stateful mode "
+                   "gives it at inference. " + " ".join(_what_carrying_did(evidence, c, r) for c, r in pairs))
     return Judgement(comparisons, insight, table)
+
+
+def _what_carrying_did(evidence: Evidence, carried: str, reset: str) -> str:
+    """Two sentences on one pair, from the seed means and the 95% intervals by themselves: what moved,
+    what it means, and whether the carried model uses more context."""
+    def moved(figure: str) -> float:
+        return evidence.mean(carried, figure) - evidence.mean(reset, figure)
+
+    gain = welch(evidence.values(reset, "stateful_bpc"), evidence.values(carried, "stateful_bpc"))
+    growth = welch(evidence.values(carried, "gap_bpc"), evidence.values(reset, "gap_bpc"))
+    better, leans = gain.low > CARRIED_STATEFUL, growth.low > MARGIN
+    meaning = {(True, True): "it predicts better with its state and loses more without it",
+               (False, True): "it leans harder on its state without predicting materially better with it",
+               (True, False): "it predicts better with its state, and the reset costs it no more than before",
+               (False, False): "neither what its state gains it nor what the reset costs it moved materially"}
+    horizon_c, horizon_r = evidence.values(carried, "context_horizon"), evidence.values(reset, "context_horizon")
+    longer = horizon_c and horizon_r and min(horizon_c) > max(horizon_r)
+    return (f"{carried} (n = {evidence.n(carried)}) against {reset} (n = {evidence.n(reset)}): stateful "
+            f"{moved('stateful_bpc'):+.3f}, stateless {moved('stateless_bpc'):+.3f}, gap {moved('gap_bpc'):+.3f} "
+            f"bits per character, so {meaning[better, leans]}. Its context horizon is {span(horizon_c)} tokens "
+            f"(reset: {span(horizon_r)}) and its context curve reads {evidence.mean(carried, 'context_256_bpc'):.3f} "
+            f"bits at 256 tokens and {evidence.mean(carried, 'context_1024_bpc'):.3f} at 1,024: "
+            + ("it uses a longer context than its twin." if longer else
+               "it uses no longer a context than its twin, though its training carried the state across windows."))
 
 
 CLAIMS = [

@@ -203,3 +203,22 @@ def test_a_params_entry_that_cannot_be_the_trained_model_is_refused(tmp_path):
     with pytest.raises(StudyFolderError, match="params.yaml: describes models.astra_alpha as lstm 64/128/1, which "
                                                "cannot have the 86,913 parameters train_metrics.json counted"):
         load_run(folder, "astra_alpha", 1, quick=False)
+
+
+def test_the_figure_draws_a_carried_model_dashed_in_its_twins_colour():
+    """Eleven models (the study's nine, two carried twins) on ten colours would give the eleventh the
+    first one's: each reset model keeps a colour of its own, a carried one takes its twin's, dashed."""
+    from types import SimpleNamespace
+
+    from rnnlm.study.figure import _styles
+
+    def run(size: int, training: str = "reset"):
+        return [SimpleNamespace(shape=("gru", size, size, 1), tokens="char", training=training)]
+
+    by_model = {f"m{i}": run(i) for i in range(10)}
+    by_model |= {"m0_carried": run(0, "carried"), "m1_carried": run(1, "carried"), "lone_carried": run(99, "carried")}
+    styles = _styles(by_model, [f"c{i}" for i in range(20)])
+    assert len({styles[f"m{i}"]["color"] for i in range(10)}) == 10
+    assert styles["m0_carried"] == {"color": styles["m0"]["color"], "linestyle": "--"}
+    assert styles["m1_carried"]["color"] == styles["m1"]["color"] and styles["m1"]["linestyle"] == "-"
+    assert styles["lone_carried"]["color"] not in {s["color"] for m, s in styles.items() if m != "lone_carried"}

@@ -5,6 +5,8 @@ In:  the `StudyRun`s in the study's order (`rnnlm.study.folders.in_study_order`)
 Out: a PNG of three panels: stateful and stateless bits per character per model with error bars,
      the bigram floor marked; the state-reset curves; the context curves (as the excess over the
      carried state); each curve the mean over seeds with a band for its interval (none for one seed).
+     A model keeps one colour in every panel; one trained with the state carried is drawn dashed in
+     the colour of its reset twin (the same sizes and tokens).
 """
 
 from __future__ import annotations
@@ -33,6 +35,23 @@ def _mean_and_band(curves: list[dict[str, float]], keys: list[str]) -> tuple[lis
     return [i.estimate for i in intervals], [i.low for i in intervals], [i.high for i in intervals]
 
 
+def _styles(by_model: dict[str, list[StudyRun]], palette: list) -> dict[str, dict[str, object]]:
+    """Per model, its line's colour and dash: the reset-trained models take the palette's colours in
+    turn; a carried model its twin's colour, dashed (its own colour when it has no twin)."""
+    def key(model: str) -> tuple:
+        return by_model[model][0].shape, by_model[model][0].tokens
+
+    reset = [m for m in by_model if by_model[m][0].training == "reset"]
+    colours = {m: palette[i % len(palette)] for i, m in enumerate(reset)}
+    twins = {key(m): colours[m] for m in reset}
+    styles = {m: {"color": colours[m], "linestyle": "-"} for m in reset}
+    spare = iter(palette[len(reset) % len(palette):] + palette[: len(reset) % len(palette)])
+    for model in by_model:
+        if model not in styles:
+            styles[model] = {"color": twins.get(key(model)) or next(spare), "linestyle": "--"}
+    return styles
+
+
 def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> None:
     """Draw the figure of `runs` (in the study's order) into `path` (a PNG, whatever its name ends with)."""
     import matplotlib
@@ -44,6 +63,7 @@ def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> Non
     ordered = list(dict.fromkeys(r.model for r in full))  # `runs` come in the study's order
     by_model = {m: [r for r in full if r.model == m] for m in ordered}
     stats = summary.set_index(["model", "figure"])
+    styles = _styles(by_model, list(plt.get_cmap("tab20" if len(ordered) > 10 else "tab10").colors))
 
     def column(figure: str, key: str) -> list[float]:
         return [float(stats.loc[(m, figure), key]) for m in ordered]
@@ -65,8 +85,8 @@ def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> Non
         finite = [int(k) for k in keys if k != "never"]
         points = [*finite, 2 * max(finite, default=1)][: len(keys)]  # "never" one doubling past the largest k
         mean, low, high = _mean_and_band(reset, keys)
-        line, = curves.plot(points, mean, marker="o", ms=3, label=model)
-        curves.fill_between(points, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        curves.plot(points, mean, marker="o", ms=3, label=model, **styles[model])
+        curves.fill_between(points, low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
     curves.set_xscale("log", base=2)
     curves.set_xlabel("state reset every k tokens (the last point: never)")
     curves.set_ylabel("bits per character")
@@ -77,8 +97,8 @@ def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> Non
             continue
         keys = sorted({k for e in excess for k in e}, key=int)
         mean, low, high = _mean_and_band(excess, keys)
-        line, = contexts.plot([int(k) for k in keys], mean, marker="o", ms=3, label=model)
-        contexts.fill_between([int(k) for k in keys], low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        contexts.plot([int(k) for k in keys], mean, marker="o", ms=3, label=model, **styles[model])
+        contexts.fill_between([int(k) for k in keys], low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
     contexts.set_xscale("log", base=2)
     contexts.set_xlabel("tokens of context c (fixed targets, zero state before them)")
     contexts.set_ylabel("% above the carried state")

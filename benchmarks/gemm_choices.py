@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm import cpu, gemm_choice  # noqa: E402
+from rnnlm import gemm_choice  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
@@ -46,8 +46,7 @@ def benchmark_gemm_choices(name: str, config: ModelConfig, settings: Settings, d
     contenders = {choice: under_gemm(choice, our_training_step(config, tokens, targets, device, graph=False)[1])
                   for choice in GEMM_CHOICES}
     medians = side_by_side(contenders, settings.repeats, device)
-    chosen = str(gemm_choice.choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), "", torch.backends.mkl.is_available(),
-                                     gemm_choice.onednn_available()))
+    chosen = str(gemm_choice.rule_gemm())
     fastest = min(medians, key=medians.get)
     return {"model": name, "ms_per_step": {c: 1e3 * t for c, t in medians.items()}, "rule": chosen,
             "fastest": fastest, "rule_share_of_fastest": medians[fastest] / medians[chosen]}

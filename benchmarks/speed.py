@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -67,7 +66,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.atomic import write_text_atomic  # noqa: E402
 from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 from rnnlm.models.cells import CELLS  # noqa: E402
@@ -76,7 +74,8 @@ from rnnlm.params import load_params  # noqa: E402
 from allocator_speed import measure_allocator  # noqa: E402
 from gemm_choices import measure_gemm_choices  # noqa: E402
 from sampling_speed import measure_sampling  # noqa: E402
-from timing import FULL, QUICK, Report, STUDY_MODELS, machine, machine_line, measure_limit, model_configs  # noqa: E402
+from timing import (FULL, QUICK, Report, STUDY_MODELS, machine, machine_line, measure_limit, model_configs,  # noqa: E402
+                    save_report)
 from training_speed import measure_training  # noqa: E402
 
 
@@ -143,10 +142,7 @@ def main(argv: list[str] | None = None) -> None:
             report.say("The allocator comparison needs glibc's allocator (Linux); skipped.\n")
     if "sampling" in parts:
         figures["sampling"] = measure_sampling(configs, load_params(args.params), settings, device, report)
-    if args.markdown:
-        write_text_atomic(args.markdown, report.text())
-    if args.json:
-        write_text_atomic(args.json, json.dumps(figures, indent=2) + "\n")
+    save_report(report.text(), figures, args.markdown, args.json)  # printed as it was measured
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import timing  # noqa: E402
 from pipeline_runs import run_stages, scratch_copy  # noqa: E402
 
-from rnnlm.atomic import write_text_atomic  # noqa: E402
 from rnnlm.params import load_params  # noqa: E402
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
@@ -159,10 +158,7 @@ def main() -> None:
 
     def write(report: dict[str, object]) -> str:
         text = evaluation_markdown(report) if args.full_evaluation else markdown(report)
-        if args.markdown:
-            write_text_atomic(args.markdown, text)
-        if args.json:
-            write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
+        timing.save_report(text, report, args.markdown, args.json)
         return text
 
     with open(args.log, "w") as log:

@@ -187,14 +187,19 @@ def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
             "threads": torch.get_num_threads(), "device": str(device)}
 
 
-def write_report(text: str, figures: object, markdown: Path | None, json_path: Path | None) -> None:
-    """A benchmark's printed report: to stdout, and to `markdown` and its figures as JSON to
-    `json_path` where given (each written whole or not at all)."""
-    print(text)
+def save_report(text: str, figures: object, markdown: Path | None, json_path: Path | None) -> None:
+    """A benchmark's report to `markdown` and its figures as JSON to `json_path`, where given (each
+    written whole or not at all)."""
     if markdown:
         write_text_atomic(markdown, text)
     if json_path:
         write_text_atomic(json_path, json.dumps(figures, indent=2) + "\n")
+
+
+def write_report(text: str, figures: object, markdown: Path | None, json_path: Path | None) -> None:
+    """`save_report`, after printing the report."""
+    print(text)
+    save_report(text, figures, markdown, json_path)
 
 
 def machine_line(info: dict[str, object]) -> str:

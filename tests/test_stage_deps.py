@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import cache
 import subprocess
 import sys
 from pathlib import Path
@@ -34,13 +35,18 @@ def _library_cells() -> list[str]:
     return [cell for cell in CELLS if CELLS.module(cell).startswith("rnnlm.")]
 
 
-def _fingerprinted() -> set[Path]:
-    """The cells' files that some cell's fingerprint covers, and the registry's table (whose entry
-    for the cell the fingerprint holds)."""
-    from rnnlm.models.cells import CELLS
+def _cell_files(cell: str) -> set[Path]:
+    """`Registry.files(cell)` as files of this checkout's src/, whichever copy of the package imported."""
+    from rnnlm.models.cells import CELLS, registry
 
-    return {CELLS_DIR / "__init__.py"} | {REPO_ROOT / "src" / path for cell in _library_cells()
-                                           for path in CELLS.fingerprint(cell)["files"]}
+    return {REPO_ROOT / "src" / path.relative_to(registry.FOLDER.parents[2]) for path in CELLS.files(cell)}
+
+
+@cache
+def _fingerprinted() -> frozenset[Path]:
+    """The cells' files that some cell's fingerprint covers (`Registry.files`), and the registry's
+    table (whose entry for the cell the fingerprint holds)."""
+    return frozenset({CELLS_DIR / "__init__.py", *(path for cell in _library_cells() for path in _cell_files(cell))})
 
 
 def _covered(path: Path, deps: list[str]) -> bool:
@@ -50,15 +56,16 @@ def _covered(path: Path, deps: list[str]) -> bool:
     return any(relative == Path(dep) or Path(dep) in relative.parents for dep in deps)
 
 
-def _files(name: str) -> set[Path]:
-    return library_files(_script(STAGES[name]), specs=name != "cell")
+def _runs(stage: dict, name: str) -> set[Path]:
+    """The library files stage `name` can run (the cell stage asks the registry for no cell)."""
+    return library_files(_script(stage), specs=name != "cell")
 
 
 @pytest.mark.parametrize("name", STAGES)
 def test_every_library_file_a_stage_runs_is_a_dependency(name):
     stage = STAGES[name]
     deps = stage["deps"]
-    files = _files(name)
+    files = _runs(stage, name)
     assert files, "the stage imports no library code: the import graph is broken"
     missing = sorted(str(path.relative_to(REPO_ROOT)) for path in files if not _covered(path, deps))
     assert not missing, f"{name}: add to its deps in dvc.yaml: {missing}"
@@ -67,7 +74,7 @@ def test_every_library_file_a_stage_runs_is_a_dependency(name):
 
 def _unused(stage: dict, name: str = "") -> list[str]:
     """The library files a stage's deps list (a folder: all its files) that the stage never runs."""
-    files = library_files(_script(stage), specs=name != "cell") | {_script(stage)}
+    files = _runs(stage, name) | {_script(stage)}
     listed = set()
     for dep in stage["deps"]:
         if dep in READ_NOT_RUN.get(name, []):
@@ -117,7 +124,7 @@ def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_fold
         own_cpp = CELLS_DIR / f"{module.stem}.cpp"
         runs |= {path for path in compiled if path.parent == CELLS_DIR and (path.name.startswith("kernels") or path == own_cpp)}
         expected = {path for path in runs if path.parent == CELLS_DIR} - {CELLS_DIR / "__init__.py"}
-        assert expected <= {REPO_ROOT / "src" / path for path in CELLS.fingerprint(cell)["files"]}, cell
+        assert expected <= _cell_files(cell), cell
     assert {path for path in CELLS_DIR.iterdir() if path.is_file()} <= _fingerprinted()
 
 

@@ -102,6 +102,11 @@ def machine_gemm() -> Gemms:
     return _cpu_gemm(os.environ.get(GEMM_ENV, ""))
 
 
+def rule_gemm() -> Gemms:
+    """The rule's own choice for this CPU, whatever RNNLM_GEMM says (what the benchmarks weigh)."""
+    return _cpu_gemm("")
+
+
 @cache
 def _process_gemm() -> Gemms:
     return machine_gemm()

@@ -43,10 +43,6 @@ def positive_int() -> Any:
     return setting(int, "a positive integer", lambda v: v > 0)
 
 
-def non_negative_int() -> Any:
-    return setting(int, "a non-negative integer", lambda v: v >= 0)
-
-
 SEED_MAX = 2**64 - 1
 """The largest seed PyTorch's generators take: they hold an unsigned 64-bit integer."""
 SEED_EXPECTED = "an integer from 0 to 2**64 - 1"

@@ -11,6 +11,7 @@ Out: a PNG of three panels: stateful and stateless bits per character per model 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pandas as pd
@@ -45,7 +46,7 @@ def _styles(by_model: dict[str, list[StudyRun]], palette: list) -> dict[str, dic
     colours = {m: palette[i % len(palette)] for i, m in enumerate(reset)}
     twins = {key(m): colours[m] for m in reset}
     styles = {m: {"color": colours[m], "linestyle": "-"} for m in reset}
-    spare = iter(palette[len(reset) % len(palette):] + palette[: len(reset) % len(palette)])
+    spare = itertools.cycle(palette[len(reset):] or palette)  # the colours no reset model took
     for model in by_model:
         if model not in styles:
             styles[model] = {"color": twins.get(key(model)) or next(spare), "linestyle": "--"}

@@ -27,7 +27,7 @@ from rnnlm.study.evidence import (COMPARISON_HEADER, Claim, Comparison, Evidence
                                   families, grus, needed_one, rounded, single, span, verdict_code)
 from rnnlm.study.logged_curves import curve_comparison, one_batch_noise, prediction_range, study_logs
 from rnnlm.study.rules import Above, Within, decide
-from rnnlm.study.stats import NOT_MEASURED, paired, t_interval, welch
+from rnnlm.study.stats import NOT_MEASURED, SUPPORTED, paired, t_interval
 
 NOT_BELOW_BIGRAM = -0.05
 """Claim 1 (bits per character): a stateless GRU is "no better than a bigram" when it lies at most
@@ -251,10 +251,12 @@ def _judge_carried(evidence: Evidence) -> Judgement:
     comparisons = []
     table = table_head(["model", "training", "n", "stateful", "stateless", "gap", "context horizon over seeds",
                         "context 256", "context 1024"], "llrrrrrrr")
+    readings = []
     for carried, reset in pairs:
-        comparisons.append(between(evidence, reset, carried, "stateful_bpc", "stateful", Above(CARRIED_STATEFUL),
-                                    "bits/char"))
-        comparisons.append(between(evidence, carried, reset, "gap_bpc", "gap", Above(MARGIN), "bits/char"))
+        gain = between(evidence, reset, carried, "stateful_bpc", "stateful", Above(CARRIED_STATEFUL), "bits/char")
+        growth = between(evidence, carried, reset, "gap_bpc", "gap", Above(MARGIN), "bits/char")
+        comparisons += [gain, growth]
+        readings.append(_what_carrying_did(evidence, carried, reset, gain, growth))
         for m in (reset, carried):
             table.append(f"| {m} | {evidence.first(m, 'training')} | {evidence.n(m)} | "
                          f"{evidence.mean(m, 'stateful_bpc'):.3f} | {evidence.mean(m, 'stateless_bpc'):.3f} | "
@@ -266,19 +268,18 @@ def _judge_carried(evidence: Evidence) -> Judgement:
     else:
         insight = ("The study's models never saw a state they had not built from zero within 128 characters; "
                    "trained with it carried, a model meets at every window the kind of state the stateful mode "
-                   "gives it at inference. " + " ".join(_what_carrying_did(evidence, c, r) for c, r in pairs))
+                   "gives it at inference. " + " ".join(readings))
     return Judgement(comparisons, insight, table)
 
 
-def _what_carrying_did(evidence: Evidence, carried: str, reset: str) -> str:
-    """Two sentences on one pair, from the seed means and the 95% intervals by themselves: what moved,
-    what it means, and whether the carried model uses more context."""
+def _what_carrying_did(evidence: Evidence, carried: str, reset: str, gain: Comparison, growth: Comparison) -> str:
+    """Two sentences on one pair, from the seed means and its two comparisons' 95% intervals by
+    themselves (`gain`: the stateful score's, `growth`: the gap's): what moved, what it means, and
+    whether the carried model uses more context."""
     def moved(figure: str) -> float:
         return evidence.mean(carried, figure) - evidence.mean(reset, figure)
 
-    gain = welch(evidence.values(reset, "stateful_bpc"), evidence.values(carried, "stateful_bpc"))
-    growth = welch(evidence.values(carried, "gap_bpc"), evidence.values(reset, "gap_bpc"))
-    better, leans = gain.low > CARRIED_STATEFUL, growth.low > MARGIN
+    better, leans = gain.alone == SUPPORTED, growth.alone == SUPPORTED
     meaning = {(True, True): "it predicts better with its state and loses more without it",
                (False, True): "it leans harder on its state without predicting materially better with it",
                (True, False): "it predicts better with its state, and the reset costs it no more than before",

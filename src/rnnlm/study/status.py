@@ -56,7 +56,9 @@ def _resume_files(folder: Path | None, steps_scale: float) -> dict[tuple[str, in
 
 
 def _age(seconds: float) -> str:
-    return "just now" if seconds < 60 else f"{seconds / 60:.0f} min ago" if seconds < 5400 else f"{seconds / 3600:.1f} h ago"
+    if seconds < 60:
+        return "just now"
+    return f"{seconds / 60:.0f} min ago" if seconds < 5400 else f"{seconds / 3600:.1f} h ago"
 
 
 def _progress(header: ResumeHeader) -> str:

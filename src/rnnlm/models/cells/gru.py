@@ -137,8 +137,8 @@ class GRUScan(torch.autograd.Function):
     """The GRU over T steps.
 
     In:  spec (whose loops run); products (T, B, 3H) = x W_ih^T for r, z, candidate, contiguous,
-         consumed: overwritten with the activated gates; h0 (B, H); weight_hh (3H, H); bias_ih (3H); bias_rz (2H);
-         masks (T, B, H) or None.
+         consumed: overwritten with the activated gates; h0 (B, H); weight_hh (3H, H); bias_ih (3H);
+         bias_rz (2H); masks (T, B, H) or None.
     Out: hs (T, B, H), the state after every step (the last one is the final state), and the
          gates (the products tensor itself, not differentiable).
     """

@@ -150,7 +150,8 @@ class LSTMLayer(RecurrentLayer):
     def _scan(
         self, products: Tensor, state: tuple[Tensor, Tensor], masks: Tensor | None
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        hs, c_last, _ = LSTMScan.apply(self.spec, products, state[0], state[1], self.cell.weight_hh, self.cell.bias_ih, masks)
+        c = self.cell
+        hs, c_last, _ = LSTMScan.apply(self.spec, products, state[0], state[1], c.weight_hh, c.bias_ih, masks)
         return hs, (hs[-1], c_last)
 
 

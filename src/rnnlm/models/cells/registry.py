@@ -33,7 +33,8 @@ class Registry(MutableMapping[str, "CellSpec"]):
         if name not in self._specs:
             spec = importlib.import_module(self._modules[name]).SPEC  # KeyError for an unknown name
             if spec.name != name:
-                raise RuntimeError(f"the registry names {self._modules[name]} 'cell: {name}', but its SPEC is {spec.name!r}")
+                raise RuntimeError(f"the registry names {self._modules[name]} 'cell: {name}', "
+                                   f"but its SPEC is {spec.name!r}")
             self._specs[name] = spec
         return self._specs[name]
 

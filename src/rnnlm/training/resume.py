@@ -8,11 +8,15 @@ Out: one file per run in the resume folder, `<model>-<key>.pt`, written through 
 
 A resume file is one header line and a PyTorch archive:
 
-    rnnlm-resume 1 {"sha256": ..., "model": ..., "seed": ..., "epoch": ..., ...}\\n<torch.save bytes>
+    rnnlm-resume 2 {"sha256": ..., "model": ..., "seed": ..., "key": ..., "epoch": ..., ...}\\n<torch.save bytes>
 
-The header's sha256 covers the archive, so a file damaged on disk is refused (with a note, and the
-run starts afresh) instead of resumed from; the rest of the header (model, seed, epoch reached,
-when it was written) is what `python -m rnnlm.study resume-files` lists without reading tensors.
+The header's sha256 covers the rest of the header (the run's key, model, seed, epoch, ...) and the
+archive together, so a file damaged on disk, or one whose header was edited to pass for another run,
+is refused (with a note, and the run starts afresh) instead of resumed from; the header is what
+`python -m rnnlm.study resume-files` lists without reading tensors. Files of format 1 (the checksum
+over the archive alone) written by a run still in progress are read too; for them only the archive
+is bound. Either way `check_payload` then holds the archive to the run that resumes it: the same
+weights and optimizer entries of the same shapes, and an epoch, scheduler and history that agree.
 
 Where the folder is (`resume_folder`): the folder the environment variable `RNNLM_RESUME_DIR`
 names, or else the stage's own folder argument (`.resume`) taken relative to the *main*
@@ -28,7 +32,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +47,11 @@ RESUME_ENV = "RNNLM_RESUME_DIR"
 """The environment variable naming the resume folder (a queue worker keeps the environment it was
 started with: set it before `dvc queue start`)."""
 
-MAGIC = b"rnnlm-resume 1 "
+MAGIC = b"rnnlm-resume 2 "
+"""Format 2: the checksum binds the header and the archive together."""
+
+MAGIC_1 = b"rnnlm-resume 1 "
+"""Format 1 (before 2026-11-26): the checksum covers the archive only; still read."""
 
 
 def main_repository(cwd: Path) -> Path:
@@ -88,9 +96,18 @@ HEADER_FIELDS = {"model": str, "seed": int, "key": str, "epoch": int, "epochs": 
 """What every header holds, and of what type."""
 
 
+HEADER_LIMIT = 1 << 16
+"""The longest header line read (bytes): a longer one is no header of ours, for listing and resuming alike."""
+
+FUTURE_SLACK_S = 300.0
+"""A header written more than this many seconds in the future (clocks of two machines disagree by
+less) was edited: it is refused rather than listed with a negative age."""
+
+
 def _header(path: Path, line: bytes) -> dict[str, Any]:
-    """The header fields of a resume file's first line (after MAGIC), checked: a mapping with every
-    field of `HEADER_FIELDS` of its type and a `written` time that parses; else ResumeFileError."""
+    """The header fields of a resume file's first line (after its magic), checked: a mapping with every
+    field of `HEADER_FIELDS` of its type and a `written` time that parses and is not in the future;
+    else ResumeFileError."""
     try:
         fields = json.loads(line)
     except ValueError as error:
@@ -101,37 +118,52 @@ def _header(path: Path, line: bytes) -> dict[str, Any]:
         if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
             raise ResumeFileError(f"{path}: its header has no {kind.__name__} under {name!r}")
     try:
-        datetime.fromisoformat(fields["written"])
+        written = datetime.fromisoformat(fields["written"])
     except ValueError:
         raise ResumeFileError(f"{path}: its header's time {fields['written']!r} does not parse") from None
+    if written.tzinfo is None or written.timestamp() > time.time() + FUTURE_SLACK_S:
+        raise ResumeFileError(f"{path}: its header's time {fields['written']!r} is not a past time with a zone")
     return fields
 
 
-def _split(path: Path) -> tuple[dict[str, Any], bytes]:
-    """A resume file's header fields and its archive's bytes."""
-    data = path.read_bytes()
-    line_end = data.find(b"\n")
-    if not data.startswith(MAGIC) or line_end < 0:
-        raise ResumeFileError(f"{path}: not an rnnlm resume file")
-    return _header(path, data[len(MAGIC):line_end]), data[line_end + 1:]
+def _magic(path: Path, line: bytes) -> bytes:
+    """The format magic `line` starts with; ResumeFileError when it is no resume file's first line."""
+    for magic in (MAGIC, MAGIC_1):
+        if line.startswith(magic):
+            return magic
+    raise ResumeFileError(f"{path}: not an rnnlm resume file")
+
+
+def _first_line(path: Path, data: bytes) -> tuple[bytes, bytes]:
+    """(the magic, the header's JSON) of a resume file's first line, which must end within HEADER_LIMIT."""
+    line_end = data.find(b"\n", 0, HEADER_LIMIT + 1)
+    magic = _magic(path, data)
+    if line_end < 0:
+        raise ResumeFileError(f"{path}: not an rnnlm resume file (no header line within {HEADER_LIMIT:,} bytes)")
+    return magic, data[len(magic):line_end]
+
+
+def _checksum(fields: dict[str, Any], payload: bytes) -> str:
+    """Format 2's sha256: every header field but the checksum itself, then the archive."""
+    bound = json.dumps({k: v for k, v in fields.items() if k != "sha256"}, sort_keys=True).encode()
+    return hashlib.sha256(bound + b"\n" + payload).hexdigest()
 
 
 def read_header(path: Path) -> ResumeHeader:
-    """The header of the resume file at `path` (its first line only)."""
+    """The header of the resume file at `path` (its first line only; the checksum is not read)."""
     with open(path, "rb") as f:
-        line = f.readline(1 << 16)
-    if not line.startswith(MAGIC) or not line.endswith(b"\n"):
-        raise ResumeFileError(f"{path}: not an rnnlm resume file")
-    return ResumeHeader(path, _header(path, line[len(MAGIC):]))
+        head = f.read(HEADER_LIMIT + len(MAGIC) + 1)
+    return ResumeHeader(path, _header(path, _first_line(path, head)[1]))
 
 
 def write_resume_file(path: Path, state: dict[str, Any], fields: dict[str, Any]) -> None:
-    """Write `state` (torch-serialisable) with a header of `fields`, its checksum and the time."""
+    """Write `state` (torch-serialisable) with a header of `fields`, the time and the checksum that
+    binds the two (format 2)."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
-    header = {**fields, "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload),
-              "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    header = {**fields, "bytes": len(payload), "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    header["sha256"] = _checksum(header, payload)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             f.write(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n")
@@ -139,16 +171,77 @@ def write_resume_file(path: Path, state: dict[str, Any], fields: dict[str, Any])
 
 
 def read_resume_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(header fields, state) of the resume file at `path`; `ResumeFileError` when it is cut short or
-    damaged (its archive's sha256 is not the header's)."""
-    fields, payload = _split(path)
-    if len(payload) != fields.get("bytes") or hashlib.sha256(payload).hexdigest() != fields.get("sha256"):
-        raise ResumeFileError(f"{path}: its checksum does not match its contents (cut short or damaged)")
+    """(header fields, state) of the resume file at `path`; `ResumeFileError` when it is cut short,
+    damaged or edited (its checksum is not that of its header and archive; for format 1, of its
+    archive)."""
+    data = path.read_bytes()
+    magic, line = _first_line(path, data)
+    fields, payload = _header(path, line), data[len(magic) + len(line) + 1:]
+    expected = _checksum(fields, payload) if magic == MAGIC else hashlib.sha256(payload).hexdigest()
+    if len(payload) != fields["bytes"] or expected != fields["sha256"]:
+        raise ResumeFileError(f"{path}: its checksum does not match its header and contents (cut short, damaged "
+                              "or edited)")
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - a checksummed archive that still fails to load: other code wrote it
         raise ResumeFileError(f"{path}: its archive cannot be read ({type(error).__name__})") from error
+    if not isinstance(state, dict):
+        raise ResumeFileError(f"{path}: its archive holds no run state")
     return fields, state
+
+
+def _shapes(tensors: Any) -> dict[str, tuple[tuple[int, ...], torch.dtype]] | None:
+    """name -> (shape, dtype) of a state dict of tensors; None when it is not one."""
+    if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        return None
+    return {str(k): (tuple(t.shape), t.dtype) for k, t in tensors.items()}
+
+
+def check_payload(saved: dict[str, Any], model: dict[str, torch.Tensor], optimizer: dict[str, Any], epochs: int,
+                  steps_per_epoch: int, needed_too: tuple[str, ...] = ()) -> str | None:
+    """Why the run state `saved` (a resume file's archive) cannot be the state of the run that would
+    resume it, or None when it can: the run's `model` and `optimizer` state dicts (as freshly built)
+    give the weights' names, shapes and dtypes and the optimizer's parameter groups; `epochs` and
+    `steps_per_epoch` bound where it may stand. A file that passes its checksum but fails here was
+    written by other code or forged; resuming from it would end in a traceback or a run that lies
+    about how long it trained. `needed_too`: entries this kind of run also restores."""
+    needed = ("epoch", "seconds", "model", "optimizer", "scheduler", "history_steps", "history_epochs",
+              "sampler_rng", "torch_rng", "val_batch_rng", *needed_too)
+    missing = [k for k in needed if k not in saved]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    epoch, partial = saved["epoch"], saved.get("partial") or {}
+    steps = partial.get("steps", 0) if isinstance(partial, dict) else None
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= epochs:
+        return f"it stands after epoch {epoch!r}, and the run has {epochs} epochs"
+    if not isinstance(steps, int) or not 0 <= steps < steps_per_epoch or (steps and epoch == epochs):
+        return f"it stands {steps!r} steps into epoch {epoch + 1}, which has {steps_per_epoch} steps"
+    history = saved["history_epochs"]
+    if not isinstance(history, list) or len(history) != epoch:
+        return f"its history holds {len(history) if isinstance(history, list) else 'no'} epochs, not {epoch}"
+    scheduler = saved["scheduler"]
+    if not isinstance(scheduler, dict) or scheduler.get("last_epoch") != epoch:
+        return f"its learning-rate schedule is not after epoch {epoch}"
+    want = _shapes(model)
+    for name in ("model", "first_epoch_model"):
+        if (name == "model" or saved.get(name) is not None) and _shapes(saved.get(name)) != want:
+            return f"its {'weights' if name == 'model' else 'weights after epoch 1'} are not of this model's names and shapes"
+    got = saved["optimizer"]
+    if not isinstance(got, dict) or not isinstance(got.get("param_groups"), list) or not isinstance(got.get("state"), dict):
+        return "its optimizer state is not an optimizer's"
+    groups = [g.get("params") for g in got["param_groups"] if isinstance(g, dict)]
+    if groups != [g["params"] for g in optimizer["param_groups"]]:
+        return "its optimizer's parameter groups are not this model's"
+    by_index = dict(zip((i for g in optimizer["param_groups"] for i in g["params"]), want.values()))
+    for index, entry in got["state"].items():
+        if index not in by_index or not isinstance(entry, dict):
+            return f"its optimizer holds state for a parameter {index!r} this model lacks"
+        for key, value in entry.items():
+            if key != "step" and (not isinstance(value, torch.Tensor) or (tuple(value.shape), value.dtype) != by_index[index]):
+                return f"its optimizer's {key} of parameter {index} is not of that parameter's shape"
+    if (epoch or steps) and len(got["state"]) != len(by_index):
+        return f"its optimizer holds state for {len(got['state'])} of the model's {len(by_index)} parameters"
+    return None
 
 
 class ResumeStore:
@@ -165,8 +258,9 @@ class ResumeStore:
         self.fields = {"model": name, "seed": seed, "key": key, "device": device, "gemm": gemm,
                        "processor": processor, "steps_scale": steps_scale}
 
-    def load(self) -> dict[str, Any] | None:
-        """The saved state, or None (with a note when a file was there but cannot be used)."""
+    def load(self, fits: Callable[[dict[str, Any]], str | None] = lambda saved: None) -> dict[str, Any] | None:
+        """The saved state, or None (with a note when a file was there but cannot be used: damaged,
+        another run's, or a state that `fits` says why the run cannot take)."""
         if self.path is None or not self.path.is_file():
             return None
         try:
@@ -174,8 +268,12 @@ class ResumeStore:
         except (ResumeFileError, OSError) as error:
             print(f"note: ignoring {error}; starting afresh")
             return None
-        if fields.get("key") != self.fields["key"]:
+        if fields.get("key") != self.fields["key"] or state.get("run_key", fields["key"]) != fields["key"]:
             print(f"note: ignoring {self.path}: it belongs to another run (other params, inputs or device)")
+            return None
+        why = fits(state)
+        if why is not None:
+            print(f"note: ignoring {self.path}: {why}; starting afresh")
             return None
         return state
 
@@ -183,8 +281,9 @@ class ResumeStore:
         """Write `state` (after `state["epoch"]` of `epochs`, `state["partial"]` into the next)."""
         if self.path is not None:
             partial = state.get("partial") or {}
-            write_resume_file(self.path, state, {**self.fields, "epoch": state["epoch"], "epochs": epochs,
-                                                 "step_in_epoch": partial.get("steps", 0)})
+            write_resume_file(self.path, {**state, "run_key": self.fields["key"]},
+                              {**self.fields, "epoch": state["epoch"], "epochs": epochs,
+                               "step_in_epoch": partial.get("steps", 0)})
 
     def clear(self) -> None:
         """Remove the file: call it only once every output of the run is in place."""

@@ -51,7 +51,7 @@ from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict, training_settings
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.timing import StageClock, part_of
-from rnnlm.training.resume import ResumeStore
+from rnnlm.training.resume import ResumeStore, check_payload
 from rnnlm.training.step import EagerStep, GraphStep, LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
 
@@ -296,7 +296,8 @@ def train(
     here = {"device": device.type, "processor": processor, "gemm": gemm, "from_epoch": 1, "from_step": 0}
     step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph, carry=carried)
     run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here], step_fn)
-    saved = store.load()
+    saved = store.load(lambda state: check_payload(state, model.state_dict(), optimizer.state_dict(), entry.epochs,
+                                                   n_steps, ("stream_position",) if carried else ()))
     if saved is not None:
         history, seconds, resumed = run.restore(saved)
         start_epoch = saved["epoch"] + 1

@@ -34,7 +34,8 @@ STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and th
     "generate": (["models/model.pt", "reports/generations.json", "reports/timing/generate.json"],
                  "reports/generations.json"),
     "evaluate": (["models/model.pt", "data/prepared", "reports/generations.json", "reports/metrics.json",
-                  "reports/plots/reset_curve.csv", "reports/plots/context_curve.csv", "reports/timing/evaluate.json"],
+                  "reports/plots/reset_curve.csv", "reports/plots/context_curve.csv", "reports/validation_blocks.csv",
+                  "reports/timing/evaluate.json"],
                  "reports/metrics.json"),
     "report": (["reports/generations.json", "reports/metrics.json", "reports/generations.md"], "reports/generations.md"),
 }

@@ -46,7 +46,7 @@ def test_a_new_cell_trains_samples_and_is_evaluated(name, raw_params, tmp_path):
     checkpoint = tmp_path / "model.pt"
     save_checkpoint(checkpoint, result.checkpoint)
     generations = run_generations(load_checkpoint(checkpoint), checkpoint, params.generate, params.seed)
-    metrics, curve, context = evaluate(load_checkpoint(checkpoint), split.train, split.val, generations,
+    metrics, curve, context, _ = evaluate(load_checkpoint(checkpoint), split.train, split.val, generations,
                                        params.evaluate, params.seed)
     assert metrics["stateful_bpc"] < metrics["stateless_bpc"]  # it learned to use its state
     assert {"bigram_bpc", "context_horizon", "reset_curve_bpc", "text", "first_epoch"} <= metrics.keys()

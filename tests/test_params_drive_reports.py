@@ -40,7 +40,7 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     assert character_vocabulary(text)  # the checkpoint's tokenizer was made from the same play
     checkpoint = load_checkpoint(char_checkpoint)
     generations = run_generations(checkpoint, char_checkpoint, params.generate, params.seed)
-    metrics, curve, _ = evaluate(checkpoint, split.train, split.val, generations, params.evaluate, params.seed)
+    metrics, curve, _, _ = evaluate(checkpoint, split.train, split.val, generations, params.evaluate, params.seed)
 
     # metrics.json: exactly the orders and intervals asked for
     assert list(metrics["ngram_bpc"]) == ["unigram", "bigram", "trigram"]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 import torch
 
+from rnnlm.evaluation.blocks import read_blocks
 from tests.conftest import make_dvc_repo, run, small_tokenizer, synthetic_play, tiny_models
 
 
@@ -134,6 +135,11 @@ def test_generate_evaluate_and_report(train_repo):
     assert first["stateful_bpc"] != metrics["stateful_bpc"] and first["stateless_bpc"] != metrics["stateless_bpc"]
     context = (train_repo / "reports/plots/context_curve.csv").read_text().splitlines()
     assert context[0] == "c,context_c_bpc,carried_state_bpc,standard_error_bpc,context_chars" and len(context) == 5
+    blocks = read_blocks((train_repo / "reports/validation_blocks.csv").read_text())
+    assert sum(blocks.tokens) == metrics["val_tokens"] and sum(blocks.chars) == metrics["val_chars"]
+    assert set(blocks.nats) == {"stateful", "stateless", "bigram", "first_epoch_stateful", "first_epoch_stateless"}
+    nats = metrics["stateful_bpc"] * metrics["val_chars"] * math.log(2)  # the total, summed its own way
+    assert math.isclose(sum(blocks.nats["stateful"]), nats, rel_tol=1e-9)
     curve = (train_repo / "reports/plots/reset_curve.csv").read_text().splitlines()
     assert curve[0].startswith("k,reset_every_k_bpc,never_reset_bpc,unigram_bpc,bigram_bpc") and len(curve) == 12
     markdown = (train_repo / "reports/generations.md").read_text()

@@ -2,7 +2,9 @@
 
 In:  the checkpoint, the train and validation texts, the generation samples, and params `evaluate`.
 Out: a metrics dict (stable keys, written as reports/metrics.json), the state-reset curve rows
-(reports/plots/reset_curve.csv) and the context curve (reports/plots/context_curve.csv).
+(reports/plots/reset_curve.csv), the context curve (reports/plots/context_curve.csv) and the
+validation split's blocks (reports/validation_blocks.csv: each scorer's nats summed per 2,048
+characters, `rnnlm.evaluation.blocks`).
 
 - The state-reset curve: the validation split scored with the state reset to zero every k tokens,
   for each k in `evaluate.reset_every` and for "never" (k = 1 is the stateless mode, never the
@@ -28,6 +30,7 @@ import io
 import json
 import statistics
 from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 import torch
@@ -39,9 +42,9 @@ from rnnlm.evaluation.ngram import NGramModel
 from rnnlm.params import EvaluateParams
 from rnnlm.inference.generation_record import GenerationRun
 from rnnlm.timing import StageClock, part_of
+from rnnlm.evaluation.blocks import BlockTable, block_sums
 from rnnlm.evaluation.context import ContextCurve, context_curve
-from rnnlm.evaluation.scoring import (Score, bits_per_char, streamed_nll, streamed_token_nll, windowed_nll,
-                                     windowed_total)
+from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_token_nll, windowed_total
 from rnnlm.inference.decoding import MODES
 from rnnlm.evaluation.textstats import text_statistics, word_vocabulary
 from rnnlm.data.tokenizers import Tokenizer
@@ -67,26 +70,33 @@ def predicted_chars(tokenizer: Tokenizer, text: str, ids: list[int]) -> int:
     return len(text) - len(tokenizer.decode(ids[:1]))
 
 
-def reset_curve_totals(model, ids: torch.Tensor, ks: list[int], carried_nll: torch.Tensor) -> torch.Tensor:
+def reset_curve_totals(model, ids: torch.Tensor, ks: list[int], carried_nll: torch.Tensor,
+                       stateless_nll: torch.Tensor | None = None) -> torch.Tensor:
     """Total nats (float64, on the model's device, not read back) with the state reset every k
     tokens for each k of `ks` (ascending, without repeats), then with it never reset (the sum of
-    carried_nll, each token's loss with the state carried: `streamed_token_nll`)."""
-    return torch.stack([*(windowed_total(model, ids, k) for k in ks), carried_nll.double().sum()])
+    carried_nll, each token's loss with the state carried: `streamed_token_nll`). `stateless_nll`
+    ((n - 1,) on the device), when given, receives each token's loss at k = 1."""
+    return torch.stack([*(windowed_total(model, ids, k, token_nll=stateless_nll if k == 1 else None) for k in ks),
+                        carried_nll.double().sum()])
 
 
-def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int, carried_nll: torch.Tensor) -> list[ResetPoint]:
-    """Scores for each k (ascending), then for never resetting; read back from the device at once."""
+def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int, carried_nll: torch.Tensor,
+                stateless_nll: torch.Tensor | None = None) -> list[ResetPoint]:
+    """Scores for each k (ascending), then for never resetting; read back from the device at once
+    (`stateless_nll`: as for `reset_curve_totals`)."""
     ks = sorted(set(ks))
-    totals = reset_curve_totals(model, ids, ks, carried_nll).tolist()
+    totals = reset_curve_totals(model, ids, ks, carried_nll, stateless_nll).tolist()
     scores = [Score(nats=nats, tokens=ids.numel() - 1) for nats in totals]
     return [ResetPoint(k, score, score.bits_per_char(chars)) for k, score in zip([*ks, None], scores)]
 
 
 def ngram_floor(train_ids: list[int], val_ids: list[int], vocab_size: int, settings: EvaluateParams,
-                chars: int) -> dict[int, float]:
-    """Bits per character of the count n-gram models of each order on the validation tokens."""
+                chars: int, bigram_terms: list[float] | None = None) -> dict[int, float]:
+    """Bits per character of the count n-gram models of each order on the validation tokens;
+    `bigram_terms`, when given, receives the bigram's ln P of each predicted token."""
     counts = NGramModel(train_ids, settings.ngram_max_order, vocab_size, settings.ngram_discount)
-    return {order: bits_per_char(-counts.log_prob_sequence(val_ids, order=order), chars)
+    return {order: bits_per_char(-counts.log_prob_sequence(val_ids, order=order,
+                                                           terms=bigram_terms if order == 2 else None), chars)
             for order in range(1, settings.ngram_max_order + 1)}
 
 
@@ -118,42 +128,65 @@ def generation_statistics(generations: GenerationRun, train_text: str, val_text:
     return result
 
 
-def first_epoch_scores(checkpoint: Checkpoint, ids: torch.Tensor, chars: int,
-                       device: str | torch.device) -> dict[str, float] | None:
+def first_epoch_scores(checkpoint: Checkpoint, ids: torch.Tensor, chars: int, device: str | torch.device,
+                       token_losses: dict[str, torch.Tensor] | None = None) -> dict[str, float] | None:
     """Stateful and stateless bits per character of the weights after epoch 1 on `ids` (1-D), or
-    None for a checkpoint that does not keep them."""
+    None for a checkpoint that does not keep them. `token_losses`, when given, receives each
+    predicted token's loss in both modes ("first_epoch_stateful", "first_epoch_stateless")."""
     if checkpoint.first_epoch_state is None:
         return None
     model = checkpoint.build_model(device, first_epoch=True)
-    return {"stateful_bpc": streamed_nll(model, ids).bits_per_char(chars),
-            "stateless_bpc": windowed_nll(model, ids, 1).bits_per_char(chars)}
+    carried = streamed_token_nll(model, ids)  # (n - 1,)
+    stateless = torch.empty_like(carried)
+    stateful_nats = carried.double().sum().item()  # as `streamed_nll` sums it
+    stateless_nats = windowed_total(model, ids, 1, token_nll=stateless).item()
+    if token_losses is not None:
+        token_losses.update(first_epoch_stateful=carried, first_epoch_stateless=stateless)
+    return {"stateful_bpc": bits_per_char(stateful_nats, chars), "stateless_bpc": bits_per_char(stateless_nats, chars)}
+
+
+class Evaluation(NamedTuple):
+    """What `evaluate` measured: metrics.json's dict, the reset curve, the context curve and the
+    validation split's blocks (`rnnlm.evaluation.blocks`)."""
+
+    metrics: dict[str, object]
+    curve: list[ResetPoint]
+    context: ContextCurve
+    blocks: BlockTable
 
 
 def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations: GenerationRun,
              settings: EvaluateParams, seed: int, device: str | torch.device = "cpu", clock: StageClock | None = None,
-             ) -> tuple[dict[str, object], list[ResetPoint], ContextCurve]:
+             ) -> Evaluation:
     """All the measures above for `checkpoint`, its model on `device`, the context targets drawn
-    from `seed`: the metrics dict, the reset curve and the context curve; each part timed on
-    `clock` when given."""
+    from `seed`: the metrics dict, the reset curve, the context curve and the validation blocks;
+    each part timed on `clock` when given."""
     tokenizer = checkpoint.tokenizer()
     model = checkpoint.build_model(device)
     train_ids, val_ids = tokenizer.encode(train_text), tokenizer.encode(val_text)
     chars = predicted_chars(tokenizer, val_text, val_ids)
     ids = torch.tensor(val_ids, dtype=torch.long)
+    token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])  # (V,)
     with part_of(clock, "stateful pass"):
         carried = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
+    losses = {"stateful": carried}  # each predicted token's loss per scorer, for the validation blocks
     with part_of(clock, "reset curve"):
-        curve = reset_curve(model, ids, list(settings.reset_every), chars, carried)
+        stateless_nll = torch.empty_like(carried)  # filled at k = 1
+        curve = reset_curve(model, ids, list(settings.reset_every), chars, carried, stateless_nll)
+        if 1 in settings.reset_every:
+            losses["stateless"] = stateless_nll
     with part_of(clock, "context curve"):
-        token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])
         context = context_curve(model, ids, carried, token_chars, list(settings.context_lengths),
                                 settings.context_targets, seed, settings.horizon_tolerance)
     with part_of(clock, "n-gram floor"):
-        floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars)
+        bigram_terms: list[float] = []
+        floor = ngram_floor(train_ids, val_ids, tokenizer.vocab_size, settings, chars, bigram_terms)
+        losses["bigram"] = -torch.tensor(bigram_terms, dtype=torch.float64)
     with part_of(clock, "text statistics"):
         text = generation_statistics(generations, train_text, val_text, settings)
     with part_of(clock, "first epoch"):
-        first_epoch = first_epoch_scores(checkpoint, ids, chars, device)
+        first_epoch = first_epoch_scores(checkpoint, ids, chars, device, losses)
+    blocks = block_sums(token_chars[ids], len(val_text), losses)
     stateless = next((p for p in curve if p.k == 1), None)  # absent if reset_every leaves out 1
     metrics = {
         "model": checkpoint.model_name,
@@ -171,7 +204,7 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
         "text": text,
         "first_epoch": first_epoch,
     }
-    return metrics, curve, context
+    return Evaluation(metrics, curve, context, blocks)
 
 
 def write_metrics(metrics: dict[str, object], path: str | Path) -> None:

@@ -67,11 +67,19 @@ class NGramModel:
             p = max(count - self.discount, 0.0) / seen + self.discount * self._followers[m][context] / seen * p
         return p
 
-    def log_prob_sequence(self, ids: Sequence[int], start: int = 1, order: int | None = None) -> float:
-        """Sum of ln P(ids[i] | ids[:i]) for i from `start` (the first `start` tokens are context only)."""
+    def log_probs(self, ids: Sequence[int], start: int = 1, order: int | None = None) -> list[float]:
+        """ln P(ids[i] | ids[:i]) for each i from `start` (the first `start` tokens are context only)."""
         order = self._order(order)
         ids = list(ids)
+        return [math.log(self.prob(ids[max(0, i - order + 1) : i], ids[i], order)) for i in range(start, len(ids))]
+
+    def log_prob_sequence(self, ids: Sequence[int], start: int = 1, order: int | None = None,
+                          terms: list[float] | None = None) -> float:
+        """Sum of `log_probs`, added one after another in order; `terms`, when given, receives them."""
         total = 0.0
-        for i in range(start, len(ids)):
-            total += math.log(self.prob(ids[max(0, i - order + 1) : i], ids[i], order))
+        values = self.log_probs(ids, start, order)
+        for value in values:
+            total += value
+        if terms is not None:
+            terms.extend(values)
         return total

@@ -79,11 +79,14 @@ def _check(tokens: Tensor) -> None:
 
 
 @torch.no_grad()
-def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None) -> Tensor:
+def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_windows: int | None = None,
+                   token_nll: Tensor | None = None) -> Tensor:
     """Total nats (a 0-d float64 tensor on the model's device, not read back) of `tokens` (1-D,
     int64) scored in windows of `window` tokens, each from a zero state.
 
-    `batch_windows` windows run at once; by default as many as make about 16k tokens.
+    `batch_windows` windows run at once; by default as many as make about 16k tokens. `token_nll`,
+    when given ((len(tokens) - 1,) on the device), also receives each predicted token's loss, entry
+    t - 1 for tokens[t] (an extra output: the total is summed as without it).
     """
     _check(tokens)
     batch_windows = batch_windows or max(1, 16384 // window)
@@ -91,11 +94,17 @@ def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_wind
     model.eval()
     device = next(model.parameters()).device
     total = torch.zeros((), dtype=torch.float64, device=device)
+    done = 0  # predicted tokens so far: the windows run in the sequence's order
     for inputs, targets in _windows(tokens, window):
         for start in range(0, inputs.shape[0], batch_windows):
             x = inputs[start : start + batch_windows].to(device)  # (b, window)
+            y = targets[start : start + batch_windows].to(device)
             logits, _ = model(x)  # (b, window, V)
-            total += _nats(logits, targets[start : start + batch_windows].to(device))
+            total += _nats(logits, y)
+            if token_nll is not None:
+                token_nll[done : done + y.numel()] = F.cross_entropy(full_precision(logits).flatten(0, -2),
+                                                                     y.flatten(), reduction="none")
+            done += y.numel()
     model.train(was_training)
     return total
 

@@ -31,6 +31,7 @@ FOLDER = {
     "metrics.json": "reports/metrics.json",
     "reset_curve.csv": "reports/plots/reset_curve.csv",
     "context_curve.csv": "reports/plots/context_curve.csv",
+    "validation_blocks.csv": "reports/validation_blocks.csv",
     "generations.json": "reports/generations.json",
     "generations.md": "reports/generations.md",
     "timing_train.json": "reports/timing/train.json",
@@ -39,8 +40,10 @@ FOLDER = {
 }
 """A study folder's files: name in reports/study/<model>/ -> path in the run's commit."""
 
-OPTIONAL = frozenset({"context_curve.csv", "timing_train.json", "timing_generate.json", "timing_evaluate.json"})
-"""Files of runs made since they existed: the context curve, where each stage's time went."""
+OPTIONAL = frozenset({"context_curve.csv", "validation_blocks.csv", "timing_train.json", "timing_generate.json",
+                      "timing_evaluate.json"})
+"""Files of runs made since they existed: the context curve, the validation blocks, where each stage's
+time went."""
 
 QUICK = "quick"
 """The subfolder of reports/study/ that holds runs at a reduced train.steps_scale."""

@@ -107,4 +107,19 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
                                          r"remove --queued` empties it\)"):
         study_command.main(["run", "--models", "astra_alpha", "leviathan", "--seeds", "100000", "--params",
                             str(REPO_ROOT / "params.yaml")])
+    with pytest.raises(RnnlmError, match=r"--seeds 1000000000000 for 1 model asks for 1,000,000,000,000 runs"):
+        study_command.main(["run", "--models", "astra_alpha", "--seeds", "1000000000000", "--params",
+                            str(REPO_ROOT / "params.yaml")])  # refused before any list of seeds is built
+    with pytest.raises(RnnlmError, match=r"--seed-list 18446744073709551616: expected a seed from 0 to 2\*\*64 - 1"):
+        study_command.main(["run", "--seed-list", "5", "18446744073709551616", "--params", str(REPO_ROOT / "params.yaml")])
     assert calls == []
+
+
+def test_a_seed_list_queues_exactly_those_seeds(monkeypatch):
+    """The confirmatory seeds are 5 to 9 and only those: `--seed-list` names them (each once)."""
+    asked = []
+    monkeypatch.setattr(study_command, "run", lambda models, seeds, *args, **kwargs: asked.append((models, seeds)))
+    study_command.main(["run", "--models", "astra_alpha", "rnn_alpha", "--seed-list", "5", "6", "7", "8", "9", "9",
+                        "--params", str(REPO_ROOT / "params.yaml")])
+    study_command.main(["run", "--models", "astra_alpha", "--seeds", "3", "--params", str(REPO_ROOT / "params.yaml")])
+    assert asked == [(["astra_alpha", "rnn_alpha"], [5, 6, 7, 8, 9]), (["astra_alpha"], [1337, 1, 2])]

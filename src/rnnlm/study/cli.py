@@ -7,6 +7,7 @@
     python -m rnnlm.study report [--study reports/study] [--markdown reports/study.md] [--figure reports/study.png]
                                 [--readme README.md]
     python -m rnnlm.study resume-files [--dir .resume] [--prune-older-than DAYS]
+    python -m rnnlm.study register DRAFT --out reports/study/registration-<n>.yaml
 
 `run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`), or with
 `--slurm` submits them as one Slurm array job (`rnnlm.study.slurm`); `status` says where each stands;
@@ -15,7 +16,8 @@
 `benchmarks/gpu_check.py --study` sends back) into `reports/study/<model>/seed-<seed>/`
 (`rnnlm.study.collect`); `report` builds the tables, figure and summaries from those
 folders alone (`rnnlm.study.report`); `resume-files` lists the resume files of
-interrupted runs and removes old ones (`rnnlm.training.resume`).
+interrupted runs and removes old ones (`rnnlm.training.resume`); `register` writes a new registration
+of the study's rules from a draft, its history read from git (`rnnlm.study.registration`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rnnlm.study.collect import archive_paths, collect
 from rnnlm.study.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.status import status_lines
+from rnnlm.study.registration import write_registration
 from rnnlm.study.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 
@@ -65,11 +68,17 @@ MAX_RUNS = 100
 at five seeds are 45; a typo of an extra digit should not queue days of training."""
 
 
+STATUS_RUNS = 10_000
+"""`study status` lists at most this many (model, seed) runs."""
+
+
 def _selection(parser: argparse.ArgumentParser) -> None:
     """The options that say which runs: models, seeds, scale, params."""
     parser.add_argument("--models", nargs="+", help="entries of models: in params.yaml (default: all)")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds per model: params.yaml's pinned seed, then 1, 2, ... (default 1)")
+    parser.add_argument("--seed-list", type=int, nargs="+", metavar="SEED",
+                        help="exactly these seeds instead (the confirmatory ones: --seed-list 5 6 7 8 9)")
     parser.add_argument("--steps-scale", type=float, default=1.0, help="train.steps_scale for every run")
     parser.add_argument("--params", default="params.yaml")
 
@@ -88,19 +97,29 @@ def _slurm_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--remote", help="the git remote the tasks clone from and push to (default origin)")
 
 
-def _which(args: argparse.Namespace) -> tuple[list[str], list[int]]:
-    """The models and seeds the options select, checked."""
+def _which(args: argparse.Namespace, most: int, limit: str) -> tuple[list[str], list[int]]:
+    """The models and seeds the options select, checked: at most `most` (model, seed) runs, else a
+    StudyError that says how to ask for more (`limit`), before any list of seeds is built."""
     if not 0 < args.steps_scale < math.inf:
         raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a finite positive number")
     if args.seeds < 1:
         raise StudyError(f"--seeds {args.seeds}: expected a positive number of seeds")
+    bad = [s for s in args.seed_list or () if not 0 <= s < 2**64]
+    if bad:
+        raise StudyError(f"--seed-list {bad[0]}: expected a seed from 0 to 2**64 - 1")
     params = load_params(args.params)
     models = args.models or list(params.models)
     unknown = [m for m in models if m not in params.models]
     if unknown:
         raise StudyError(f"--models {' '.join(unknown)}: not under models: in {args.params}; expected some of "
                          f"{', '.join(params.models)}")
-    return models, seeds_wanted(params.seed, args.seeds)
+    seed_list = list(dict.fromkeys(args.seed_list or ()))
+    asked = len(models) * (len(seed_list) or args.seeds)
+    if asked > most:
+        what = f"--seed-list of {len(seed_list)}" if seed_list else f"--seeds {args.seeds}"
+        raise StudyError(f"{what} for {len(models)} model{'s' if len(models) > 1 else ''} asks for {asked:,} runs, "
+                         f"more than {limit.format(asked=asked)}")
+    return models, seed_list or seeds_wanted(params.seed, args.seeds)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,16 +160,16 @@ def main(argv: list[str] | None = None) -> None:
                                help=f"the resume folder (default: ${RESUME_ENV}, else .resume in the repository)")
     resume_parser.add_argument("--prune-older-than", type=float, metavar="DAYS",
                                help="remove the files written more than DAYS days ago")
+    register_parser = commands.add_parser("register", help="register the study's rules: a draft, its history "
+                                                           "read from git, written once")
+    register_parser.add_argument("draft", type=Path, help="the rules (the last registration, edited)")
+    register_parser.add_argument("--out", type=Path, required=True, help="reports/study/registration-<n>.yaml")
     args = parser.parse_args(argv)
     if args.command == "run":
-        models, seeds = _which(args)
         if args.jobs < 1:
             raise StudyError(f"--jobs {args.jobs}: expected at least one queue worker")
-        asked = len(models) * len(seeds)
-        if asked > args.max_runs:
-            raise StudyError(f"--seeds {args.seeds} for {len(models)} model{'s' if len(models) > 1 else ''} asks for "
-                             f"{asked:,} runs, more than --max-runs {args.max_runs}; pass --max-runs {asked} to queue "
-                             f"them (an over-long queue: `dvc queue remove --queued` empties it)")
+        models, seeds = _which(args, args.max_runs, f"--max-runs {args.max_runs}; pass --max-runs {{asked}} to queue "
+                                                    "them (an over-long queue: `dvc queue remove --queued` empties it)")
         if args.slurm:
             overrides = {"partition": args.partition, "time": args.time, "cpus_per_task": args.cpus_per_task,
                          "gpus": args.gpus, "mem": args.mem, "venv": args.venv, "scratch": args.scratch,
@@ -160,10 +179,13 @@ def main(argv: list[str] | None = None) -> None:
         else:
             run(models, seeds, args.steps_scale, args.wait, jobs=args.jobs)
     elif args.command == "status":
-        models, seeds = _which(args)
+        models, seeds = _which(args, STATUS_RUNS, f"status lists ({STATUS_RUNS:,})")
         for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale,
                                  resume_dir=resume_folder(args.resume_dir)):
             print(line)
+    elif args.command == "register":
+        registered = write_registration(args.draft, args.out)
+        print(f"wrote {args.out} (sha256 {registered.sha256}); commit it alone: it counts from that commit")
     elif args.command == "resume-files":
         for line in resume_files(resume_folder(args.dir), args.prune_older_than):
             print(line)

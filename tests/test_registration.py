@@ -1,0 +1,135 @@
+"""The registered rules: committed once, never edited, and the confirmatory runs trained on code that
+descends from the commit that registered them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rnnlm.study.registration import (RegistrationError, current_registration, descends_from, load_registration,
+                                      registering_commit, write_registration)
+from tests.conftest import REPO_ROOT, run
+
+STUDY = REPO_ROOT / "reports/study"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return run(["git", *args], repo).stdout.strip()
+
+
+def _commit(repo: Path, message: str) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    (root / "reports/study").mkdir(parents=True)
+    _git(root, "init", "-q")
+    _git(root, "config", "user.email", "t@example.com")
+    _git(root, "config", "user.name", "t")
+    (root / "README.md").write_text("study\n")
+    _commit(root, "older code")
+    return root
+
+
+def _registered(repo: Path) -> Path:
+    path = repo / "reports/study/registration-1.yaml"
+    shutil.copy(current_registration(STUDY).path, path)
+    return path
+
+
+def test_the_commit_that_added_the_registration_is_found_and_runs_after_it_descend(repo):
+    older = _git(repo, "rev-parse", "HEAD")
+    path = _registered(repo)
+    registered = _commit(repo, "register the rules")
+    (repo / "code.py").write_text("x = 1\n")
+    newer = _commit(repo, "code after the registration")
+    assert registering_commit(repo, path) == registered
+    assert descends_from(repo, newer, registered) and descends_from(repo, registered, registered)
+    assert not descends_from(repo, older, registered)  # a run trained on older code is not confirmatory
+    assert not descends_from(repo, "0" * 40, registered)
+
+
+def test_a_registration_edited_after_it_was_registered_is_refused(repo):
+    path = _registered(repo)
+    registered = _commit(repo, "register the rules")
+    path.write_text(path.read_text().replace("edge: 0.05", "edge: 0.04", 1))
+    with pytest.raises(RegistrationError, match="differs from the registered file of"):
+        registering_commit(repo, path)
+    _commit(repo, "move a margin")
+    with pytest.raises(RegistrationError, match=f"changed after the commit that registered it \\({registered[:7]}, then"):
+        registering_commit(repo, path)
+
+
+def test_an_uncommitted_registration_counts_from_nothing(repo):
+    path = _registered(repo)
+    with pytest.raises(RegistrationError, match="not committed"):
+        registering_commit(repo, path)
+
+
+def test_writing_a_registration_reads_its_history_from_git_and_never_overwrites(repo, tmp_path):
+    (repo / "reports/study/astra_alpha/seed-1").mkdir(parents=True)
+    (repo / "reports/study/astra_alpha/seed-1/metrics.json").write_text("{}")
+    data = _commit(repo, "a run")
+    draft = tmp_path / "draft.yaml"
+    text = current_registration(STUDY).path.read_text()
+    draft.write_text(text[:text.index("\n# Read from git")] + "\n")
+    raw = draft.read_text().replace("rule_commits: [54b5d35]", f"rule_commits: [{data[:7]}]")
+    draft.write_text(raw.replace("data_models: [astra_alpha_carried, astra_beta_carried]", "data_models: [astra_alpha]"))
+    out = repo / "reports/study/registration-2.yaml"
+    with pytest.raises(RegistrationError, match="commit 4143d4d: not in this repository"):
+        write_registration(draft, out, repo)
+    for claim in range(1, 7):  # rules set in commits this small repository lacks
+        raw = draft.read_text()
+        start = raw.index(f"\n  {claim}:\n")
+        line = raw.index("rule_commits:", start)
+        draft.write_text(raw[:line] + "rule_commits: []" + raw[raw.index("\n", line):])
+    written = write_registration(draft, out, repo)
+    assert written.claim(7).history == {"rule_set": [{"commit": data[:12], "date": _git(repo, "show", "-s", "--format=%cI")}],
+                                        "data_first_committed": {"commit": data[:12],
+                                                                 "date": _git(repo, "show", "-s", "--format=%cI")}}
+    assert written.claim(1).history["data_first_committed"] is None
+    with pytest.raises(RegistrationError, match="exists; a registration is never rewritten"):
+        write_registration(draft, out, repo)
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda raw: raw.pop("confirmatory"), "no 'confirmatory' of the expected kind"),
+    (lambda raw: raw["claims"][2].update(form="some"), "claims.2: form 'some'; expected one of all, any, list"),
+    (lambda raw: raw["claims"][1]["rules"]["not_below_bigram"].update(kind="below"), "kind 'below'; expected above"),
+], ids=["no confirmatory seeds", "an unknown form", "an unknown rule"])
+def test_a_malformed_registration_is_one_line(tmp_path, edit, why):
+    import yaml
+
+    raw = yaml.safe_load(current_registration(STUDY).path.read_text())
+    edit(raw)
+    path = tmp_path / "registration-9.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    with pytest.raises(RegistrationError, match=why):
+        load_registration(path)
+
+
+def _shallow() -> bool:
+    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO_ROOT, capture_output=True, text=True)
+    return done.returncode != 0 or done.stdout.strip() != "false"
+
+
+@pytest.mark.skipif(_shallow(), reason="needs the repository's whole git history")
+def test_this_repositorys_registration_is_untouched_and_its_confirmatory_runs_descend_from_it():
+    """The registered file is the bytes its commit added, and every run of a confirmatory seed in
+    reports/study/ was trained on code that descends from that commit."""
+    registration = current_registration(STUDY)
+    registered = registering_commit(REPO_ROOT, registration.path)
+    for model in (p for p in STUDY.iterdir() if p.is_dir()):
+        for seed in registration.seeds:
+            provenance = model / f"seed-{seed}" / "provenance.json"
+            if provenance.is_file():
+                commit = json.loads(provenance.read_text())["commit"]
+                assert descends_from(REPO_ROOT, commit, registered), f"{provenance}: trained on {commit[:7]}"

@@ -95,7 +95,8 @@ def test_writing_a_registration_reads_its_history_from_git_and_never_overwrites(
     assert written.claim(7).history == {"rule_set": [{"commit": data[:12], "date": _git(repo, "show", "-s", "--format=%cI")}],
                                         "data_first_committed": {"commit": data[:12],
                                                                  "date": _git(repo, "show", "-s", "--format=%cI")}}
-    assert written.claim(1).history["data_first_committed"] is None
+    assert written.claim(1).history["data_first_committed"]["commit"] == data[:12]
+    assert written.claim(5).history["data_first_committed"] is None  # no leviathan run here
     with pytest.raises(RegistrationError, match="exists; a registration is never rewritten"):
         write_registration(draft, out, repo)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from rnnlm.evaluation.blocks import BlockTable, blocks_csv
+
 MODELS = ["alpha", "beta", "gamma"]
 
 
@@ -40,6 +42,10 @@ def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int =
     (repo / "reports/metrics.json").write_text(json.dumps(run_metrics(model, stateful)))
     for name in ("reset_curve.csv", "context_curve.csv"):
         (repo / "reports/plots" / name).write_text("k,bpc\n1,3.7\n")
+    blocks = BlockTable([0, 2048], [2047, 1000], [2047, 1000],
+                        {"stateful": [2000.0 * stateful / 2.4, 990.0], "stateless": [3100.0, 1500.0],
+                         "bigram": [3000.0, 1450.0]})
+    (repo / "reports/validation_blocks.csv").write_text(blocks_csv(blocks))
     (repo / "reports/generations.json").write_text("{}")
     (repo / "reports/generations.md").write_text(f"# Generations: {model} {stateful}\n")
     (repo / "reports/timing").mkdir(exist_ok=True)

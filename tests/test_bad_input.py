@@ -208,10 +208,10 @@ def test_a_foreign_file_is_named_without_pytorchs_advice_to_unpickle_it(stage_di
 
 @pytest.mark.parametrize("name", ["download", "prepare", "tokenizer", "cell", "train", "generate", "evaluate", "report"])
 def test_a_stage_with_the_wrong_number_of_arguments_prints_its_usage(name, stage_dir, stage):
-    done = stage(name, stage_dir, "one", "two", "three", "four", "five", "six", "seven", "eight")
+    done = stage(name, stage_dir, "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
     assert done.returncode == 2
     assert _error_line(done).startswith(f"error: usage: python stages/{name}.py ")
-    assert "got 8)" in _error_line(done) and "Traceback" not in done.stderr
+    assert "got 9)" in _error_line(done) and "Traceback" not in done.stderr
 
 
 def test_checkpoint_of_another_model_than_the_selected_one(stage_dir, char_checkpoint, raw_params, stage):

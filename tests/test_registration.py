@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rnnlm.study.registration import (RegistrationError, current_registration, descends_from, load_registration,
-                                      registering_commit, write_registration)
+                                      registering_commit, seal, write_registration)
 from tests.conftest import REPO_ROOT, run
 
 STUDY = REPO_ROOT / "reports/study"
@@ -123,14 +123,31 @@ def _shallow() -> bool:
 
 
 @pytest.mark.skipif(_shallow(), reason="needs the repository's whole git history")
-def test_this_repositorys_registration_is_untouched_and_its_confirmatory_runs_descend_from_it():
-    """The registered file is the bytes its commit added, and every run of a confirmatory seed in
-    reports/study/ was trained on code that descends from that commit."""
+def test_this_repositorys_registration_is_sealed_and_its_confirmatory_runs_descend_from_it():
+    """sealed.tsv names the commit that added the registration (whose bytes are unchanged since),
+    and what each run folder's provenance says of its code, collect read from git: a test holds both
+    to git, so that the report can read the folders alone."""
     registration = current_registration(STUDY)
-    registered = registering_commit(REPO_ROOT, registration.path)
-    for model in (p for p in STUDY.iterdir() if p.is_dir()):
-        for seed in registration.seeds:
-            provenance = model / f"seed-{seed}" / "provenance.json"
-            if provenance.is_file():
-                commit = json.loads(provenance.read_text())["commit"]
-                assert descends_from(REPO_ROOT, commit, registered), f"{provenance}: trained on {commit[:7]}"
+    assert registration.sealed_by == registering_commit(REPO_ROOT, registration.path)
+    for path in STUDY.glob("*/seed-*/provenance.json"):
+        provenance = json.loads(path.read_text())
+        record = provenance.get("registration")
+        if int(path.parent.name.removeprefix("seed-")) in registration.seeds:
+            assert record and record["commit"] == registration.sealed_by, path
+            assert record["code_descends"] is True, f"{path}: trained on {provenance['commit'][:7]}, before the rules"
+        if record:
+            assert record["code_descends"] == descends_from(REPO_ROOT, provenance["commit"], record["commit"]), path
+
+
+def test_sealing_records_the_registering_commit_once(repo):
+    path = _registered(repo)
+    with pytest.raises(RegistrationError, match="not committed"):
+        seal(repo, path)
+    registered = _commit(repo, "register the rules")
+    assert seal(repo, path) == registered
+    assert current_registration(repo / "reports/study").sealed_by == registered
+    with pytest.raises(RegistrationError, match="sealed already"):
+        seal(repo, path)
+    path.write_text(path.read_text().replace("edge: 0.05", "edge: 0.04", 1))
+    with pytest.raises(RegistrationError, match="its sha256 is not the one sealed.tsv sealed"):
+        current_registration(repo / "reports/study")

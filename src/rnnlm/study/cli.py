@@ -8,6 +8,7 @@
                                 [--readme README.md]
     python -m rnnlm.study resume-files [--dir .resume] [--prune-older-than DAYS]
     python -m rnnlm.study register DRAFT --out reports/study/registration-<n>.yaml
+    python -m rnnlm.study register --seal reports/study/registration-<n>.yaml
 
 `run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`), or with
 `--slurm` submits them as one Slurm array job (`rnnlm.study.slurm`); `status` says where each stands;
@@ -17,7 +18,8 @@
 (`rnnlm.study.collect`); `report` builds the tables, figure and summaries from those
 folders alone (`rnnlm.study.report`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`); `register` writes a new registration
-of the study's rules from a draft, its history read from git (`rnnlm.study.registration`).
+of the study's rules from a draft, its history read from git, and once it is committed, `--seal` records
+the commit that added it (`rnnlm.study.registration`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from rnnlm.study.collect import archive_paths, collect
 from rnnlm.study.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.status import status_lines
-from rnnlm.study.registration import write_registration
+from rnnlm.study.registration import SEALED, seal, write_registration
 from rnnlm.study.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 
@@ -162,8 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                                help="remove the files written more than DAYS days ago")
     register_parser = commands.add_parser("register", help="register the study's rules: a draft, its history "
                                                            "read from git, written once")
-    register_parser.add_argument("draft", type=Path, help="the rules (the last registration, edited)")
-    register_parser.add_argument("--out", type=Path, required=True, help="reports/study/registration-<n>.yaml")
+    register_parser.add_argument("draft", type=Path, nargs="?", help="the rules (the last registration, edited)")
+    register_parser.add_argument("--out", type=Path, help="reports/study/registration-<n>.yaml")
+    register_parser.add_argument("--seal", type=Path, metavar="FILE",
+                                 help="record in sealed.tsv the commit that added FILE (commit it first, alone)")
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.jobs < 1:
@@ -184,8 +188,15 @@ def main(argv: list[str] | None = None) -> None:
                                  resume_dir=resume_folder(args.resume_dir)):
             print(line)
     elif args.command == "register":
-        registered = write_registration(args.draft, args.out)
-        print(f"wrote {args.out} (sha256 {registered.sha256}); commit it alone: it counts from that commit")
+        if args.seal is not None:
+            commit = seal(Path("."), args.seal)
+            print(f"sealed {args.seal}: registered by {commit}; commit {args.seal.parent / SEALED}")
+        elif args.draft is None or args.out is None:
+            raise StudyError("register: expected DRAFT --out FILE (write a registration) or --seal FILE")
+        else:
+            registered = write_registration(args.draft, args.out)
+            print(f"wrote {args.out} (sha256 {registered.sha256}); commit it alone, then seal it with "
+                  f"`python -m rnnlm.study register --seal {args.out}`")
     elif args.command == "resume-files":
         for line in resume_files(resume_folder(args.dir), args.prune_older_than):
             print(line)

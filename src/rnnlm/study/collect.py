@@ -44,11 +44,12 @@ import yaml
 
 from rnnlm.errors import NO_SPACE, no_space
 from rnnlm.study.experiments import FOLDER, REQUIRED, CollectError, Run, find_runs, git_show, newest, seed_folder_name
+from rnnlm.study.registration import Registration, code_record, current_registration, registrations
 
 COLLECTED_BY = "python -m rnnlm.study collect"
 
 
-def provenance(repo: Path, run: Run) -> dict[str, object]:
+def provenance(repo: Path, run: Run, registration: Registration | None = None) -> dict[str, object]:
     train = json.loads(git_show(repo, run.rev, FOLDER["train_metrics.json"]) or "{}")
     return {
         "model": run.model,
@@ -64,6 +65,7 @@ def provenance(repo: Path, run: Run) -> dict[str, object]:
         **_machines(train),
         "train_seconds": train.get("seconds"),
         "made_by": COLLECTED_BY,
+        **code_record(repo, registration, run.seed, run.baseline),
     }
 
 
@@ -223,7 +225,7 @@ def archive_paths(paths: list[Path]) -> list[Path]:
     return found
 
 
-def collect_archive(path: Path, out: Path) -> str:
+def collect_archive(path: Path, out: Path, repo: Path = Path("."), registration: Registration | None = None) -> str:
     """Write the run in the archive at `path` (`read_archive`) into its study folder under `out`,
     unless the folder holds it already or a newer run; returns the line `collect` prints. Its
     provenance is the archive's (the GPU, library versions, stage times, how many runs shared the
@@ -239,10 +241,12 @@ def collect_archive(path: Path, out: Path) -> str:
               "device": train.get("device"), "processor": train.get("processor"), "gemm": train.get("gemm"),
               **_machines(train), "train_seconds": train.get("seconds"),
               "archive": path.name, "archive_sha256": digest,
-              "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives"}
+              "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives",
+              **code_record(repo, registration, run.seed, run.baseline)}
     folder = run.folder(out)
-    return _replace(folder, _label(run), f"archive {path.name}", lambda held: held.get("archive_sha256") == digest,
-                    run.date, lambda: write_folder(files, merged, folder))
+    return _replace(folder, _label(run), f"archive {path.name}",
+                    lambda held: held.get("archive_sha256") == digest and held.get("registration") ==
+                    merged.get("registration"), run.date, lambda: write_folder(files, merged, folder))
 
 
 def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives: list[str | Path] = ()) -> list[str]:
@@ -263,15 +267,18 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     refused: list[str] = []
     runs = find_runs(repo, refused)
     said += refused
+    registration = current_registration(out) if registrations(out) else None
     for _, run in sorted(newest(runs).items(), key=lambda item: (item[0][0], item[0][1] is None,
                                                                             item[0][1] or 0)):
         folder = run.folder(out)
+        record = provenance(repo, run, registration)
         said.append(_replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}",
-                             lambda held, rev=run.rev: held.get("rev") == rev, run.date,
-                             lambda run=run, folder=folder: write_folder(run_files(repo, run), provenance(repo, run),
-                                                                         folder)))
+                             lambda held, rev=run.rev, record=record: held.get("rev") == rev and
+                             held.get("registration") == record.get("registration"), run.date,
+                             lambda run=run, folder=folder, record=record: write_folder(run_files(repo, run), record,
+                                                                                        folder)))
     for path in archives:
-        said.append(collect_archive(Path(path), out))
+        said.append(collect_archive(Path(path), out, repo, registration))
     return said
 
 

@@ -9,13 +9,21 @@ with its own date), and `registering_commit` refuses a file that git shows chang
 that added it. A run is *confirmatory* for a registration when its seed is one the registration
 names and the code commit its provenance records descends from that commit (`descends_from`).
 
-In:  the registration files under reports/study/, and git (for the registering commit and ancestry).
-Out: `Registration` (the file read and checked, with its sha256), `registering_commit`,
-     `descends_from`; `write_registration` fills a draft's history from git and writes the file.
+Once committed, a registration is *sealed* (`seal`, `python -m rnnlm.study register --seal FILE`): a
+line of reports/study/sealed.tsv names the file, its sha256 and the commit that added it. `collect`
+then writes into each run's provenance whether its code descends from that commit (it reads git
+anyway), so `report` reads the folders alone and any clone, or a copy without git, rebuilds the
+same bytes; a test holds sealed.tsv and every provenance to git.
+
+In:  the registration files under reports/study/, sealed.tsv, and git (to seal, and to collect).
+Out: `Registration` (the file read and checked, with its sha256 and the sealing commit),
+     `registering_commit`, `descends_from`; `write_registration` fills a draft's history from git
+     and writes the file; `seal` records its commit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import subprocess
@@ -34,6 +42,9 @@ statements read one by one (`list`, the only form whose verdict may be "mixed").
 
 NAME = re.compile(r"^registration-(\d+)\.yaml$")
 
+SEALED = "sealed.tsv"
+"""Beside the registrations: file, sha256 and the commit that added it, one line per registration."""
+
 
 class RegistrationError(RnnlmError):
     """A registration file that is missing, malformed, or edited after it was registered."""
@@ -49,11 +60,15 @@ class RegisteredRule:
     edge: float  # above: the edge; within: the band's half-width b (inside [-b, +b])
     unit: str
     grid: tuple[float, ...]
+    figure: str = ""
+    why: str = ""
 
 
 @dataclass(frozen=True)
 class RegisteredClaim:
     number: int
+    text: str
+    question: str
     form: str
     why_form: str
     rules: dict[str, RegisteredRule]
@@ -78,6 +93,7 @@ class Registration:
     generator_seed: int
     claims: dict[int, RegisteredClaim]
     raw: dict[str, Any]
+    sealed_by: str | None = None  # the commit that added the file, as sealed.tsv records it
 
     def claim(self, number: int) -> RegisteredClaim:
         return self.claims[number]
@@ -103,7 +119,7 @@ def _rule(name: str, raw: Any, where: str) -> RegisteredRule:
         raise RegistrationError(f"{where}: kind {kind!r}; expected above or within")
     grid = tuple(float(x) for x in _need(raw, "grid", list, where))
     return RegisteredRule(name, kind, float(_need(raw, "edge", (int, float), where)), _need(raw, "unit", str, where),
-                          grid)
+                          grid, str(raw.get("figure", "")), str(raw.get("why", "")))
 
 
 def load_registration(path: Path) -> Registration:
@@ -124,7 +140,8 @@ def load_registration(path: Path) -> Registration:
         if form not in FORMS:
             raise RegistrationError(f"{at}: form {form!r}; expected one of {', '.join(FORMS)}")
         rules = {name: _rule(name, rule, f"{at}.rules.{name}") for name, rule in _need(entry, "rules", dict, at).items()}
-        claims[int(number)] = RegisteredClaim(int(number), form, _need(entry, "why_form", str, at), rules,
+        claims[int(number)] = RegisteredClaim(int(number), _need(entry, "text", str, at), _need(entry, "question", str, at),
+                                              form, _need(entry, "why_form", str, at), rules,
                                               tuple(entry.get("confirmatory_rows") or ()), history.get(number) or {})
     return Registration(path, int(_need(raw, "registration", int, where)), str(_need(raw, "date", str, where)),
                         hashlib.sha256(data).hexdigest(), float(_need(raw, "level", float, where)),
@@ -134,12 +151,45 @@ def load_registration(path: Path) -> Registration:
                         int(_need(text, "generator_seed", int, where)), claims, raw)
 
 
+def sealed(study_dir: Path) -> dict[str, tuple[str, str]]:
+    """sealed.tsv of `study_dir`: registration file name -> (its sha256, the commit that added it)."""
+    path = study_dir / SEALED
+    if not path.is_file():
+        return {}
+    rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+    if any(len(row) != 4 for row in rows):
+        raise RegistrationError(f"{path}: expected lines of file, sha256, commit and date, tab-separated")
+    return {name: (digest, commit) for name, digest, commit, _ in rows}
+
+
 def current_registration(study_dir: Path) -> Registration:
-    """The newest registration of `study_dir`."""
+    """The newest registration of `study_dir`, with the commit sealed.tsv names for it (refused when
+    sealed.tsv records other bytes for it: a registration is never edited)."""
     found = registrations(study_dir)
     if not found:
         raise RegistrationError(f"{study_dir}: no registration-<n>.yaml; expected the study's registered rules")
-    return load_registration(found[-1])
+    registration = load_registration(found[-1])
+    record = sealed(study_dir).get(registration.path.name)
+    if record is None:
+        return registration
+    if record[0] != registration.sha256:
+        raise RegistrationError(f"{registration.path}: its sha256 is not the one {SEALED} sealed ({record[0][:12]}); a "
+                                "rule change is a new registration, never an edit")
+    return dataclasses.replace(registration, sealed_by=record[1])
+
+
+def seal(repo: Path, path: Path) -> str:
+    """Record in sealed.tsv beside `path` the commit that added it (`registering_commit`); returns it."""
+    commit = registering_commit(repo, path)
+    registration = load_registration(path)
+    table = path.parent / SEALED
+    if path.name in sealed(path.parent):
+        raise RegistrationError(f"{table}: {path.name} is sealed already")
+    head = "" if table.is_file() else "file\tsha256\tcommit\tdate\n"
+    date = _git(repo, "show", "-s", "--format=%cI", commit).stdout.strip()
+    text = (table.read_text(encoding="utf-8") if table.is_file() else "") + head
+    write_text_atomic(table, text + f"{path.name}\t{registration.sha256}\t{commit}\t{date}\n")
+    return commit
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -208,3 +258,13 @@ def write_registration(draft: Path, out: Path, repo: Path = Path(".")) -> Regist
                                                      f"{{commit: {data['commit']}, date: '{data['date']}'}}"))
     write_text_atomic(out, "\n".join(lines) + "\n")
     return load_registration(out)
+
+
+def code_record(repo: Path, registration: Registration | None, seed: int, commit: str) -> dict[str, object]:
+    """What a run's provenance says of the study's sealed registration, for a seed it names: the
+    registration, its commit, and whether the code the run was trained on (`commit`) descends from
+    it (read with git here, so that `report` needs none); nothing for another seed or no sealed one."""
+    if registration is None or registration.sealed_by is None or seed not in registration.seeds:
+        return {}
+    return {"registration": {"file": registration.path.name, "commit": registration.sealed_by,
+                             "code_descends": bool(commit) and descends_from(repo, commit, registration.sealed_by)}}

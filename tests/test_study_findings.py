@@ -15,11 +15,19 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from rnnlm.study import findings as sf
+from rnnlm.study import logged_curves as lc
 from rnnlm.study import stats as st
-from rnnlm.study.rules import Above, Within, decide
+from rnnlm.study.claims import CLAIMS
+from rnnlm.study.evidence import Evidence
+from rnnlm.study.findings import exploratory, findings_record
+from rnnlm.study.findings_markdown import findings_markdown
+from rnnlm.study.registration import current_registration
+from rnnlm.study.rules import Above, Within, decide, interval_tests
 from rnnlm.study.table import FIGURES
+from rnnlm.study.verdicts import CONTRADICTED, MIXED, NOT_MEASURED, SUPPORTED, by_form, inconclusive
 from tests.conftest import REPO_ROOT
+
+REGISTRATION = current_registration(REPO_ROOT / "reports/study")
 
 OFFSETS = (-1.2, -0.5, 0.0, 0.5, 1.2)  # five seeds' deviations from the mean, in units of the spread
 SHAPES = {"alpha": ("gru", 64, 128, 1), "beta": ("gru", 128, 256, 2), "gamma": ("gru", 256, 512, 3)}
@@ -51,6 +59,10 @@ def frame_of(models: dict[str, dict[str, list[float]]], tokens: dict[str, str] |
 
 # ---------------------------------------------------------------------------------------------
 # The intervals and the rules
+
+
+def _decide(pairs) -> list:
+    return [d.verdict for d in decide(interval_tests(pairs))]
 
 
 def test_the_t_interval_is_students():
@@ -92,8 +104,8 @@ def test_welch_against_a_model_without_spread_is_the_other_models_t_interval_shi
 def test_one_run_has_no_interval_and_decides_nothing():
     one = st.t_interval([1.3])
     assert one.one_run and one.half_width == 0 and st.one_sided_p(one, 0.0) is None
-    assert Above(0.0).verdict(one) == Within(-1, 1).verdict(one) == "inconclusive at n = 1"
-    assert decide([(Above(0.0), one)]) == ["inconclusive at n = 1"]
+    assert Above(0.0).verdict(one) == Within(-1, 1).verdict(one) == inconclusive(1)
+    assert _decide([(Above(0.0), one)]) == [inconclusive(1)]
     assert st.welch([1.0], seeds(0.5, 0.01)).n == 1
     assert st.t_interval([2.0, 2.0, 2.0]).half_width == 0  # no spread at all: the value, decided
 
@@ -109,18 +121,18 @@ def test_the_one_sided_p_is_the_t_tail_of_the_interval():
         stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
 
 
-@pytest.mark.parametrize("mean, expected", [(0.05, st.SUPPORTED), (-0.05, st.CONTRADICTED),
-                                            (0.002, "inconclusive at n = 5")])
+@pytest.mark.parametrize("mean, expected", [(0.05, SUPPORTED), (-0.05, CONTRADICTED),
+                                            (0.002, inconclusive(5))])
 def test_a_bound_both_ways_and_inside_the_noise(mean, expected):
     interval = st.t_interval(seeds(mean, 0.01))
-    assert Above(0.0).verdict(interval) == expected == decide([(Above(0.0), interval)])[0]
+    assert Above(0.0).verdict(interval) == expected == _decide([(Above(0.0), interval)])[0]
 
 
-@pytest.mark.parametrize("mean, expected", [(0.1, st.SUPPORTED), (0.4, st.CONTRADICTED), (-0.2, st.CONTRADICTED),
-                                            (0.245, "inconclusive at n = 5")])
+@pytest.mark.parametrize("mean, expected", [(0.1, SUPPORTED), (0.4, CONTRADICTED), (-0.2, CONTRADICTED),
+                                            (0.245, inconclusive(5))])
 def test_a_tolerance_inside_outside_and_on_the_edge(mean, expected):
     interval = st.t_interval(seeds(mean, 0.01))
-    assert Within(-0.05, 0.25).verdict(interval) == expected == decide([(Within(-0.05, 0.25), interval)])[0]
+    assert Within(-0.05, 0.25).verdict(interval) == expected == _decide([(Within(-0.05, 0.25), interval)])[0]
 
 
 def test_holm_steps_down_as_worked_by_hand():
@@ -136,9 +148,9 @@ def test_a_claims_rows_are_decided_together():
     more like it (the smallest p must be under 5% / 3 first)."""
     weak = st.t_interval([0.0, 0.015, 0.03, 0.045, 0.06])
     strong = st.t_interval(seeds(0.5, 0.01))
-    assert Above(0.0).verdict(weak) == st.SUPPORTED and decide([(Above(0.0), weak)]) == [st.SUPPORTED]
-    assert decide([(Above(0.0), weak), (Above(0.0), strong), (Above(0.0), strong)]) == [st.SUPPORTED] * 3
-    assert decide([(Above(0.0), weak)] * 3) == ["inconclusive at n = 5"] * 3
+    assert Above(0.0).verdict(weak) == SUPPORTED and _decide([(Above(0.0), weak)]) == [SUPPORTED]
+    assert _decide([(Above(0.0), weak), (Above(0.0), strong), (Above(0.0), strong)]) == [SUPPORTED] * 3
+    assert _decide([(Above(0.0), weak)] * 3) == [inconclusive(5)] * 3
 
 
 def test_seeds_to_decide_reach_80_percent_power():
@@ -149,13 +161,19 @@ def test_seeds_to_decide_reach_80_percent_power():
     assert st.seeds_needed(0.0, 0.01) is None and st.seeds_needed(0.01, 0.0) == 2
 
 
-def test_a_claim_combines_its_comparisons():
-    assert st.combine([st.SUPPORTED, st.SUPPORTED]) == st.SUPPORTED
-    assert st.combine([st.CONTRADICTED] * 2) == st.CONTRADICTED
-    assert st.combine([st.SUPPORTED, "inconclusive at n = 5", st.CONTRADICTED]) == st.MIXED
-    assert st.combine([st.SUPPORTED, "inconclusive at n = 5", "inconclusive at n = 1"]) == "inconclusive at n = 1"
-    assert st.combine([st.SUPPORTED, st.NOT_MEASURED]) == st.SUPPORTED
-    assert st.combine([st.NOT_MEASURED]) == st.combine([]) == st.NOT_MEASURED
+def test_a_claim_reads_its_rows_by_its_logical_form():
+    """all: one contradicted row contradicts; any: one supported row supports; list: separate
+    statements, the only form that may read mixed."""
+    both = [SUPPORTED, inconclusive(5), CONTRADICTED]
+    assert [by_form(both, form) for form in ("all", "any", "list")] == [CONTRADICTED, SUPPORTED, MIXED]
+    assert [by_form([SUPPORTED, SUPPORTED], f) for f in ("all", "any", "list")] == [SUPPORTED] * 3
+    assert [by_form([CONTRADICTED] * 2, f) for f in ("all", "any", "list")] == [CONTRADICTED] * 3
+    assert by_form([SUPPORTED, inconclusive(5), inconclusive(1)], "all") == inconclusive(1)
+    assert by_form([CONTRADICTED, inconclusive(5)], "any") == inconclusive(5)
+    assert by_form([SUPPORTED, inconclusive(5)], "list") == inconclusive(5)
+    assert by_form([SUPPORTED, NOT_MEASURED], "all") == SUPPORTED
+    assert by_form([NOT_MEASURED], "all") == by_form([], "list") == NOT_MEASURED
+    assert str(inconclusive(5)) == "inconclusive at n = 5" and CONTRADICTED.code == -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,14 +182,18 @@ def test_a_claim_combines_its_comparisons():
 NO_EPOCHS = pd.DataFrame(columns=["model", "seed", "epoch", "val_loss", "val_batch_loss"])
 
 
-def claim(number: int, frame: pd.DataFrame, epochs: pd.DataFrame = NO_EPOCHS, shapes: dict | None = None):
+def judged(frame: pd.DataFrame, epochs: pd.DataFrame = NO_EPOCHS, shapes: dict | None = None):
     shapes = shapes or {m: SHAPES["alpha"] for m in frame["model"]}
-    return sf.findings(frame, epochs, shapes)[number - 1]
+    return exploratory(Evidence(frame, epochs, shapes), REGISTRATION)
 
 
-@pytest.mark.parametrize("mean, spread, verdict", [(0.10, 0.01, st.SUPPORTED), (-0.20, 0.01, st.CONTRADICTED),
-                                                   (-0.05, 0.03, "inconclusive at n = 5"),
-                                                   (0.9, 0.01, st.SUPPORTED)])  # far above the bigram: not judged
+def claim(number: int, frame: pd.DataFrame, epochs: pd.DataFrame = NO_EPOCHS, shapes: dict | None = None):
+    return judged(frame, epochs, shapes).findings[number - 1]
+
+
+@pytest.mark.parametrize("mean, spread, verdict", [(0.10, 0.01, SUPPORTED), (-0.20, 0.01, CONTRADICTED),
+                                                   (-0.05, 0.03, inconclusive(5)),
+                                                   (0.9, 0.01, SUPPORTED)])  # far above the bigram: not judged
 def test_claim_1_is_one_sided(mean, spread, verdict):
     frame = frame_of({"astra_alpha": {"stateless_minus_bigram_bpc": seeds(mean, spread)}})
     assert claim(1, frame).verdict == verdict
@@ -180,7 +202,7 @@ def test_claim_1_is_one_sided(mean, spread, verdict):
 def test_claim_1_judges_only_grus():
     lstm = frame_of({"astra_alpha": {"stateless_minus_bigram_bpc": seeds(0.10, 0.01)},
                      "leviathan": {"stateless_minus_bigram_bpc": seeds(-0.9, 0.01)}}, cells={"leviathan": "lstm"})
-    assert claim(1, lstm).verdict == st.SUPPORTED  # only GRUs are judged
+    assert claim(1, lstm).verdict == SUPPORTED  # only GRUs are judged
 
 
 def test_the_studys_claims_read_only_runs_trained_as_the_study_trains():
@@ -192,9 +214,9 @@ def test_the_studys_claims_read_only_runs_trained_as_the_study_trains():
     alone, beside = frame_of(study), frame_of({**study, **twins}, training={"astra_alpha_carried": "carried"})
     shapes = {"astra_alpha": SHAPES["alpha"], "astra_alpha_carried": SHAPES["alpha"], "astra_beta": SHAPES["beta"]}
     for number in range(1, 7):
-        assert [c.row() for c in claim(number, beside, shapes=shapes).comparisons] == \
-            [c.row() for c in claim(number, alone, shapes=shapes).comparisons], number
-    assert claim(2, beside, shapes=shapes).verdict == st.SUPPORTED
+        assert [findings_record_row(c) for c in claim(number, beside, shapes=shapes).comparisons] == \
+            [findings_record_row(c) for c in claim(number, alone, shapes=shapes).comparisons], number
+    assert claim(2, beside, shapes=shapes).verdict == SUPPORTED
     assert any("astra_alpha_carried" in c.label for c in claim(7, beside, shapes=shapes).comparisons)
 
 
@@ -203,15 +225,15 @@ def _astra(gaps: tuple[float, float], spread: float, n: int = 5) -> pd.DataFrame
 
 
 def test_claim_2_asks_for_a_material_growth():
-    assert claim(2, _astra((1.35, 1.53), 0.005)).verdict == st.SUPPORTED
-    assert claim(2, _astra((1.53, 1.35), 0.005)).verdict == st.CONTRADICTED
+    assert claim(2, _astra((1.35, 1.53), 0.005)).verdict == SUPPORTED
+    assert claim(2, _astra((1.53, 1.35), 0.005)).verdict == CONTRADICTED
     flat = claim(2, _astra((1.520, 1.529), 0.008))  # a near-zero difference: decided, no material growth
-    assert flat.verdict == st.CONTRADICTED
+    assert flat.verdict == CONTRADICTED
     edge = claim(2, _astra((1.35, 1.40), 0.02))  # a growth right at the margin stays open
-    assert edge.verdict == "inconclusive at n = 5" and edge.comparisons[0].needed is None or \
+    assert edge.verdict == inconclusive(5) and edge.comparisons[0].needed is None or \
         edge.comparisons[0].needed > 5
     one = claim(2, _astra((1.35, 1.53), 0.005, n=1))
-    assert one.verdict == "inconclusive at n = 1" and "| 1 |" in one.comparisons[0].row()
+    assert one.verdict == inconclusive(1) and one.comparisons[0].interval.n == 1
 
 
 def test_claim_3_pairs_the_two_tokenizations_of_one_shape_with_the_margin():
@@ -220,11 +242,11 @@ def test_claim_3_pairs_the_two_tokenizations_of_one_shape_with_the_margin():
                         tokens={"scribe_alpha": "sentencepiece"})
     shapes = {"scribe_alpha": SHAPES["beta"], "astra_beta": SHAPES["beta"]}
     finding = claim(3, frame(0.64), shapes=shapes)
-    assert finding.verdict == st.CONTRADICTED and "scribe_alpha − astra_beta" in finding.comparisons[0].label
-    assert claim(3, frame(1.70), shapes=shapes).verdict == st.SUPPORTED
-    assert claim(3, frame(1.58), shapes=shapes).verdict == "inconclusive at n = 5"  # +0.05: on the margin
+    assert finding.verdict == CONTRADICTED and "scribe_alpha − astra_beta" in finding.comparisons[0].label
+    assert claim(3, frame(1.70), shapes=shapes).verdict == SUPPORTED
+    assert claim(3, frame(1.58), shapes=shapes).verdict == inconclusive(5)  # +0.05: on the margin
     assert claim(3, frame(0.64), shapes={"scribe_alpha": SHAPES["alpha"], "astra_beta": SHAPES["beta"]}).verdict == \
-        st.NOT_MEASURED
+        NOT_MEASURED
 
 
 def test_claim_4_is_paired_within_each_run():
@@ -232,23 +254,24 @@ def test_claim_4_is_paired_within_each_run():
     frame = frame_of({"astra_alpha": {"stateless_bpc": runs_spread,
                                       "first_epoch_stateful_bpc": [v - 0.03 + 0.001 * z for v, z in
                                                                    zip(runs_spread, OFFSETS)]}})
-    assert claim(4, frame).verdict == st.SUPPORTED
+    assert claim(4, frame).verdict == SUPPORTED
     frame["first_epoch_stateful_bpc"] = frame["stateless_bpc"] + 0.03
-    assert claim(4, frame).verdict == st.CONTRADICTED
+    assert claim(4, frame).verdict == CONTRADICTED
     frame["first_epoch_stateful_bpc"] = frame["stateless_bpc"] + [0.02, -0.03, 0.01, -0.01, 0.0]
-    assert claim(4, frame).verdict == "inconclusive at n = 5"
+    assert claim(4, frame).verdict == inconclusive(5)
 
 
 def test_claim_5_pairs_the_early_and_late_best_and_the_rise_after_it():
     def levi(later, rise):
         return frame_of({"leviathan": {"later_minus_early_best_val_loss": later, "last_minus_best_val_loss": rise,
                                        "best_epoch": [2.0] * len(rise)}}, cells={"leviathan": "lstm"})
-    assert claim(5, levi(seeds(0.05, 0.01), seeds(0.11, 0.01))).verdict == st.SUPPORTED
-    assert claim(5, levi(seeds(-0.05, 0.01), seeds(0.001, 0.0005))).verdict == st.CONTRADICTED
-    assert claim(5, levi(seeds(0.05, 0.01), seeds(0.001, 0.0005))).verdict == st.MIXED  # early best, flat end
-    assert claim(5, levi(seeds(0.003, 0.02), seeds(0.11, 0.01))).verdict == "inconclusive at n = 5"
-    assert claim(5, levi([0.05], [0.11])).verdict == "inconclusive at n = 1"
-    assert claim(5, frame_of({"astra_alpha": {"gap_bpc": [1.0]}})).verdict == st.NOT_MEASURED
+    assert claim(5, levi(seeds(0.05, 0.01), seeds(0.11, 0.01))).verdict == SUPPORTED
+    assert claim(5, levi(seeds(-0.05, 0.01), seeds(0.001, 0.0005))).verdict == CONTRADICTED
+    # early best, flat end: a conjunction with one part contradicted is contradicted, not "mixed"
+    assert claim(5, levi(seeds(0.05, 0.01), seeds(0.001, 0.0005))).verdict == CONTRADICTED
+    assert claim(5, levi(seeds(0.003, 0.02), seeds(0.11, 0.01))).verdict == inconclusive(5)
+    assert claim(5, levi([0.05], [0.11])).verdict == inconclusive(1)
+    assert claim(5, frame_of({"astra_alpha": {"gap_bpc": [1.0]}})).verdict == NOT_MEASURED
 
 
 # Claim 6: our curves against the study's logged one, with one-batch noise of a known spread.
@@ -258,7 +281,7 @@ NOISE = (0.03, -0.02, 0.01, -0.04, 0.025, -0.005, 0.015, -0.03, 0.0, 0.02)  # sd
 def _curves(shift: float, seed_spread: float = 0.005, n: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
     """astra_alpha's runs: the study's logged curve minus `shift`, each seed offset by its spread,
     with the one-batch estimate recorded beside the whole split."""
-    logs = sf.study_logs()
+    logs = lc.study_logs()
     theirs = logs[logs["model"] == "astra_alpha"].set_index("epoch")["val_loss"]
     rows = []
     for k, z in enumerate(OFFSETS[:n]):
@@ -271,8 +294,8 @@ def _curves(shift: float, seed_spread: float = 0.005, n: int = 5) -> tuple[pd.Da
     return frame, epochs
 
 
-@pytest.mark.parametrize("shift, verdict", [(0.0, st.SUPPORTED), (0.15, st.CONTRADICTED), (-0.15, st.CONTRADICTED),
-                                            (0.05, "inconclusive at n = 5")])
+@pytest.mark.parametrize("shift, verdict", [(0.0, SUPPORTED), (0.15, CONTRADICTED), (-0.15, CONTRADICTED),
+                                            (0.05, inconclusive(5))])
 def test_claim_6_compares_the_whole_logged_curve(shift, verdict):
     finding = claim(6, *_curves(shift))
     assert finding.verdict == verdict
@@ -282,10 +305,11 @@ def test_claim_6_compares_the_whole_logged_curve(shift, verdict):
 
 def test_claim_6_interval_adds_the_study_noise_and_the_seed_spread():
     frame, epochs = _curves(0.0, seed_spread=0.02)
-    evidence = sf.Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
-    noise = sf.one_batch_noise(evidence)
+    evidence = Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
+    noise = lc.one_batch_noise(evidence)
     assert noise.sd == pytest.approx(statistics.stdev([NOISE[(e + 3 * k) % 10] for k in range(5) for e in range(1, 11)]))
-    interval = sf.curve_comparison(evidence, "astra_alpha", sf.study_logs(), noise)
+    interval, per_seed = lc.curve_comparison(evidence, "astra_alpha", lc.study_logs(), noise)
+    assert len(per_seed) == 5 and statistics.fmean(per_seed) == pytest.approx(interval.estimate)
     levels = epochs.groupby("seed")["val_loss"].mean()
     variance = noise.sd ** 2 / 10 + statistics.variance(levels) * (1 + 1 / 5)
     assert interval.se == pytest.approx(math.sqrt(variance))
@@ -294,39 +318,50 @@ def test_claim_6_interval_adds_the_study_noise_and_the_seed_spread():
 
 def test_claim_6_checks_the_headline_figure_as_a_prediction():
     frame, epochs = _curves(0.0)
-    evidence = sf.Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
-    low, high = sf.prediction_range(evidence, "astra_alpha", "last", 10, sf.one_batch_noise(evidence))
+    evidence = Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
+    low, high = lc.prediction_range(evidence, "astra_alpha", "last", 10, lc.one_batch_noise(evidence))
     assert low < 1.70 < high  # the study's last value (1.7015) is a draw of what it predicts
     frame, epochs = _curves(0.3)
-    evidence = sf.Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
-    low, high = sf.prediction_range(evidence, "astra_alpha", "last", 10, sf.one_batch_noise(evidence))
+    evidence = Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
+    low, high = lc.prediction_range(evidence, "astra_alpha", "last", 10, lc.one_batch_noise(evidence))
     assert high < 1.70
-    text = "\n".join(sf.findings_markdown([claim(6, frame, epochs)]))
+    text = "\n".join(findings_markdown([judged(frame, epochs)], REGISTRATION, None))
     assert "| astra_alpha | last 1.70 |" in text and "| no |" in text
-    best = sf.prediction_range(evidence, "astra_alpha", "best", 10, sf.one_batch_noise(evidence))
-    assert best == sf.prediction_range(evidence, "astra_alpha", "best", 10, sf.one_batch_noise(evidence))  # fixed draws
+    best = lc.prediction_range(evidence, "astra_alpha", "best", 10, lc.one_batch_noise(evidence))
+    assert best == lc.prediction_range(evidence, "astra_alpha", "best", 10, lc.one_batch_noise(evidence))  # fixed draws
+
+
+def findings_record_row(c) -> tuple:
+    return c.label, c.interval, str(c.verdict)
 
 
 def test_every_finding_prints_its_question_rule_p_and_holm_verdict():
     frame = _astra((1.35, 1.53), 0.005)
-    found = sf.findings(frame, NO_EPOCHS, {m: SHAPES["alpha"] for m in frame["model"]})
-    text = "\n".join(sf.findings_markdown(found))
-    assert "**Verdict: supported.** Question: Within each family" in text and "> +0.05 bits per character" in text
+    passes = [judged(frame)]
+    text = "\n".join(findings_markdown(passes, REGISTRATION, "a" * 40))
+    assert "**Exploratory verdict: supported**." in text and "Question: Within each family" in text
+    assert "gap(next) − gap(this), gap = stateless − stateful above 0.05 bits/char" in text
     row = next(line for line in text.splitlines() if line.startswith("| gap: astra_beta − astra_alpha"))
     half = st.welch(seeds(1.53, 0.005), seeds(1.35, 0.005)).half_width
-    assert f"| +0.180 | {half:.3f} | 5 | > +0.05 | < 0.001 | supported | 2 |" in row
-    record = sf.findings_record(found)
-    assert record["claim_2"]["verdict"] == st.SUPPORTED and record["claim_2"]["verdict_code"] == 1
-    (compared,) = record["claim_2"]["comparisons"]
-    assert compared["n"] == 5 and compared["verdict"] == st.SUPPORTED and compared["seeds_to_decide"] == 2
+    assert f"| +0.180 | {half:.3f} | 5 | " in row and "| > +0.05 bits/char | < 0.001 | < 0.001 | supported |" in row
+    assert "astra_beta: +1.524, +1.528, +1.530, +1.532, +1.536 · astra_alpha: +1.344, " in row  # every run's value
+    assert "| 0.008, supported |" in row  # the permutation test: 1 split of 252 as far out, doubled
+    record = findings_record(passes, REGISTRATION, "a" * 40)
+    claim_2 = record["claim_2"]["exploratory"]
+    assert claim_2["verdict"] == "supported" and claim_2["verdict_code"] == 1 and record["claim_2"]["form"] == "all"
+    (compared,) = claim_2["comparisons"]
+    assert compared["n"] == 5 and compared["verdict"] == "supported" and compared["seeds_to_decide"] == 2
     assert compared["low"] == pytest.approx(0.18 - half, abs=1e-5) and compared["p_one_sided"] < 0.001
+    assert compared["grid"] == {"0": "supported", "0.025": "supported", "0.05": "supported", "0.1": "supported"}
+    assert record["registration"] == {"file": "registration-1.yaml", "sha256": REGISTRATION.sha256,
+                                      "commit": "a" * 40, "date": "2026-11-26"}
 
 
-def test_every_claim_is_numbered_by_its_place_and_states_its_rule():
-    found = sf.findings(_astra((1.35, 1.53), 0.005), NO_EPOCHS, {"astra_alpha": SHAPES["alpha"],
-                                                                  "astra_beta": SHAPES["beta"]})
-    assert [f.number for f in found] == [1, 2, 3, 4, 5, 6, 7] and [f.claim for f in found] == sf.CLAIMS
-    assert all(c.question.endswith("?") and c.rule and c.why for c in sf.CLAIMS)
+def test_every_claim_is_numbered_by_its_place_and_registered():
+    found = judged(_astra((1.35, 1.53), 0.005), shapes={"astra_alpha": SHAPES["alpha"], "astra_beta": SHAPES["beta"]})
+    assert [f.number for f in found.findings] == [1, 2, 3, 4, 5, 6, 7] and len(CLAIMS) == 7
+    assert all(REGISTRATION.claim(n).question.endswith("?") and REGISTRATION.claim(n).rules for n in range(1, 8))
+    assert [REGISTRATION.claim(n).form for n in range(1, 8)] == ["all"] * 5 + ["list", "all"]
 
 
 SEED_NOTEBOOK = REPO_ROOT.parent / "shared/seeds/003_0464e66bc8cc5436.txt"
@@ -338,16 +373,17 @@ def test_the_transcribed_logs_are_the_study_notebooks():
     sizes = {10: "astra_alpha", 15: "astra_beta", 20: "astra_gamma"}
     logged = [(sizes[int(total)], int(e), float(train), float(val)) for e, total, train, val in re.findall(
         r"Epoch (\d+)/(\d+) \| Train Loss: ([\d.]+) \| Val Loss: ([\d.]+)", SEED_NOTEBOOK.read_text(encoding="utf-8"))]
-    ours = sf.study_logs()
+    ours = lc.study_logs()
     assert list(ours.itertuples(index=False, name=None)) == logged
     assert ours.groupby("model").size().to_dict() == {"astra_alpha": 10, "astra_beta": 15, "astra_gamma": 17}
 
 
 @pytest.mark.parametrize("carried, verdict, meaning", [
-    ((2.35, 1.45), st.SUPPORTED, "it predicts better with its state and loses more without it"),
-    ((2.45, 1.30), st.CONTRADICTED, "neither what its state gains it nor what the reset costs it moved"),
-    ((2.38, 1.40), "inconclusive at n = 5", "neither what its state gains it"),  # both right at their margins
-    ((2.395, 1.60), "mixed", "it leans harder on its state without predicting materially better with it"),
+    ((2.35, 1.45), SUPPORTED, "it predicts better with its state and loses more without it"),
+    ((2.45, 1.30), CONTRADICTED, "neither what its state gains it nor what the reset costs it moved"),
+    ((2.38, 1.40), inconclusive(5), "neither what its state gains it"),  # both right at their margins
+    # a conjunction (form all): gains nothing material, so contradicted though the gap grew
+    ((2.395, 1.60), CONTRADICTED, "it leans harder on its state without predicting materially better with it"),
 ], ids=["carried gains", "carried loses", "within the margins", "leans on its state"])
 def test_claim_7_sets_each_carried_model_against_its_reset_twin(carried, verdict, meaning):
     stateful, gap = carried
@@ -361,4 +397,4 @@ def test_claim_7_sets_each_carried_model_against_its_reset_twin(carried, verdict
     assert f"gap {gap - 1.35:+.3f} bits per character, so {meaning}" in finding.judged.insight
     assert "Its context horizon is 8 tokens (reset: 8)" in finding.judged.insight
     alone = claim(7, frame_of({"astra_alpha": {"stateful_bpc": seeds(2.40, 0.005)}}))
-    assert alone.verdict == st.NOT_MEASURED and "No model trained with the state carried" in alone.judged.insight
+    assert alone.verdict == NOT_MEASURED and "No model trained with the state carried" in alone.judged.insight

@@ -1,23 +1,43 @@
-"""What the study's claims are judged from and into: the runs (`Evidence`), one quantity with its
-interval, rule and verdict (`Comparison`), a claim's comparisons and what they show (`Judgement`),
-the claim itself (`Claim`) and its verdict (`Finding`); with the helpers every claim's judge uses
-(one model's figure, the difference of two models' figures, the seeds that would decide it).
-`rnnlm.study.findings` holds the claims and their judges.
+"""What the study's claims are judged from and into: the runs (`Evidence`) and one quantity with its
+per-run values, interval, rule, exact test, text interval and verdicts (`Comparison`); with the
+builders every claim's judge uses (one model's figure, the paired difference of two figures of the
+same runs, the difference of two models' figures, the seeds that would decide it).
+`rnnlm.study.claims` holds the claims and their judges; `rnnlm.study.findings` decides them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from rnnlm.reporting.markdown import table_head
-from rnnlm.study.rules import Rule
-from rnnlm.study.stats import (CONTRADICTED, NOT_MEASURED, SUPPORTED, Interval, combine, seeds_needed, t_interval,
-                               welch)
+from rnnlm.evaluation.blocks import BlockTable
+from rnnlm.study.exact import ExactTest, permutation, sign_flip
+from rnnlm.study.rules import Decision, Rule
+from rnnlm.study.stats import Interval, seeds_needed, t_interval, welch
+from rnnlm.study.text_sample import TextInterval, Weights, text_interval
+from rnnlm.study.verdicts import NOT_MEASURED, Verdict
+
+FIGURE_WEIGHTS: dict[str, Weights] = {
+    "stateful_bpc": {"stateful": 1.0},
+    "stateless_bpc": {"stateless": 1.0},
+    "gap_bpc": {"stateless": 1.0, "stateful": -1.0},
+    "stateless_minus_bigram_bpc": {"stateless": 1.0, "bigram": -1.0},
+    "first_epoch_stateful_bpc": {"first_epoch_stateful": 1.0},
+}
+"""The figures a run's validation blocks can recompute, as weights of the blocks' scorers."""
+
+
+@dataclass(frozen=True)
+class TextSampling:
+    """How the text is resampled (the registration's `text_sample`)."""
+
+    replicates: int
+    generator_seed: int
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -26,6 +46,8 @@ class Evidence:
     frame: pd.DataFrame  # runs_frame: one row per full-scale run
     epochs: pd.DataFrame  # epochs_frame: one row per epoch of each run
     shapes: dict[str, tuple]  # model -> (cell, embd, hidden, layers), pairing the two tokenizations
+    blocks: Mapping[tuple[str, int], BlockTable] = field(default_factory=dict)  # (model, seed) -> its blocks
+    sampling: TextSampling | None = None  # None: no text intervals
 
     def models(self) -> list[str]:
         return list(dict.fromkeys(self.frame["model"]))
@@ -43,108 +65,77 @@ class Evidence:
     def first(self, model: str, column: str):
         return self.frame.loc[self.frame["model"] == model, column].iloc[0]
 
+    def seeds(self, model: str) -> list[int]:
+        return [int(s) for s in self.frame.loc[self.frame["model"] == model, "seed"]]
+
+    def where(self, keep: pd.Series) -> Evidence:
+        """The runs `keep` selects (a boolean Series over the frame), with their epochs and blocks."""
+        frame = self.frame[keep]
+        runs = set(zip(frame["model"], frame["seed"]))
+        kept = pd.Series([(m, s) in runs for m, s in zip(self.epochs["model"], self.epochs["seed"])],
+                         index=self.epochs.index, dtype=bool)
+        epochs = self.epochs[kept]
+        return Evidence(frame, epochs, self.shapes, {k: v for k, v in self.blocks.items() if k in runs}, self.sampling)
+
     def trained(self, recipes: tuple[str, ...]) -> Evidence:
         """The runs whose training recipe (`train.state`: "reset" or "carried") is one of `recipes`."""
-        keep = self.frame["training"].isin(recipes)
-        models = set(self.frame.loc[keep, "model"])
-        return Evidence(self.frame[keep], self.epochs[self.epochs["model"].isin(models)], self.shapes)
+        return self.where(self.frame["training"].isin(recipes))
+
+    def run_blocks(self, model: str) -> list[BlockTable] | None:
+        """The block tables of every run of `model` in the frame's order, or None when one lacks them."""
+        tables = [self.blocks.get((model, seed)) for seed in self.seeds(model)]
+        return None if not tables or any(t is None for t in tables) else tables
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One quantity a claim turns on, its interval over seeds, its rule and what it decides."""
+    """One quantity a claim turns on: its per-run values, interval over seeds, rule, what it decides."""
 
     label: str
     interval: Interval
     rule: Rule
+    rule_name: str  # the registered rule of the claim it is judged by
+    models: tuple[str, ...]  # the one model, or the two (first − second)
+    values: tuple[tuple[float, ...], ...]  # per run: one tuple (a figure or a paired difference), or two (Welch)
     needed: int | None  # seeds per model to decide it at 80% power, at the difference and spread measured
+    kind: str = "one"  # "one" (one sample or paired), "welch" (two models) or "band" (claim 6's curve)
     note: str = ""
-    verdict: str = ""  # after Holm's step-down over the claim's comparisons (`Finding.judged`)
+    text: TextInterval | None = None  # the interval with the text resampled too, where the runs have blocks
+    decision: Decision | None = None  # after Holm's step-down over the claim's rows (`rnnlm.study.findings`)
+    exact_decision: Decision | None = None
+    grid: tuple[tuple[float, Verdict], ...] = ()  # the verdict at each edge of the rule's sensitivity grid
+
+    @property
+    def measured(self) -> bool:
+        return not math.isnan(self.interval.estimate)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.decision.verdict if self.decision is not None else NOT_MEASURED
 
     @property
     def p(self) -> float | None:
         """One-sided p-value of the claimed direction."""
-        return None if math.isnan(self.interval.estimate) else self.rule.p(self.interval)
+        return self.rule.p(self.interval) if self.measured else None
 
     @property
-    def alone(self) -> str:
+    def alone(self) -> Verdict:
         """The verdict of this comparison's 95% interval by itself (no adjustment)."""
-        return NOT_MEASURED if math.isnan(self.interval.estimate) else self.rule.verdict(self.interval)
+        return self.rule.verdict(self.interval) if self.measured else NOT_MEASURED
 
-    def row(self) -> str:
-        needed = "—" if self.needed is None else f"{self.needed}"
-        hw = "—" if self.interval.one_run else f"{self.interval.half_width:.3f}"
-        estimate = "—" if math.isnan(self.interval.estimate) else f"{self.interval.estimate:+.3f}"
-        p = "—" if self.p is None else ("< 0.001" if self.p < 0.001 else f"{self.p:.3f}")
-        alone = f"; {self.alone} at 95% alone" if self.alone != self.verdict and self.verdict != NOT_MEASURED else ""
-        note = "; ".join(x for x in (self.note, alone.lstrip("; ")) if x)
-        return (f"| {self.label} | {estimate} | {hw} | {self.interval.n} | {self.rule.sentence()} | {p} | "
-                f"{self.verdict}{f' ({note})' if note else ''} | {needed} |")
-
-    def record(self) -> dict[str, object]:
-        finite = not math.isnan(self.interval.estimate)
-        return {"comparison": self.label, "rule": self.rule.sentence(),
-                "estimate": rounded(self.interval.estimate) if finite else None,
-                "low": rounded(self.interval.low) if finite and not self.interval.one_run else None,
-                "high": rounded(self.interval.high) if finite and not self.interval.one_run else None,
-                "n": self.interval.n, "p_one_sided": None if self.p is None else rounded(self.p),
-                "verdict": self.verdict, "verdict_code": verdict_code(self.verdict), "verdict_95_alone": self.alone,
-                "seeds_to_decide": self.needed}
-
-
-COMPARISON_HEADER = table_head(["comparison", "estimate", "± (95%)", "n", "rule", "p (one-sided)",
-                                "verdict (Holm, 5% per claim)", "seeds to decide (80% power)"], "lrrrlrlr")
+    def exact(self, rule: Rule | None = None) -> ExactTest | None:
+        """The exact test of the row at `rule`'s edge (the row's own by default); None for a band
+        rule (no exact test covers the study's one-batch noise) or one run."""
+        rule = rule or self.rule
+        if self.kind == "band" or not self.measured or self.interval.one_run:
+            return None
+        if self.kind == "welch":
+            return permutation(self.values[0], self.values[1], rule.edge)
+        return sign_flip(self.values[0], rule.edge)
 
 
 def rounded(x: float) -> float:
     return float(f"{x:.6g}")
-
-
-def verdict_code(verdict: str) -> int:
-    """A verdict as a number `dvc metrics diff` can show: 1 supported, -1 contradicted, 0 otherwise."""
-    return 1 if verdict == SUPPORTED else -1 if verdict == CONTRADICTED else 0
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """What one claim's judge found: its comparisons, tables and the sentence of insight."""
-
-    comparisons: list[Comparison]
-    insight: str
-    table: list[str] = field(default_factory=list)  # the figures behind the comparisons
-    extra: list[str] = field(default_factory=list)  # further Markdown (claim 6's curve and prediction check)
-    record: dict[str, object] = field(default_factory=dict)  # further machine-readable figures
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claim of the study as we test it: its words, the question our rule asks, the rule, why its
-    edge is where it is, the judge that measures it, and the training recipes whose runs it reads (the
-    study's claims are about models trained as the study trains them: each window from a zero state)."""
-
-    text: str
-    question: str
-    rule: str
-    why: str
-    judge: Callable[[Evidence], Judgement]
-    recipes: tuple[str, ...] = ("reset",)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One claim and what the numbers say about it."""
-
-    number: int
-    claim: Claim
-    judged: Judgement
-
-    @property
-    def comparisons(self) -> list[Comparison]:
-        return self.judged.comparisons
-
-    @property
-    def verdict(self) -> str:
-        return combine([c.verdict for c in self.comparisons])
 
 
 def sample_sd(values: list[float]) -> float | None:
@@ -166,17 +157,62 @@ def needed_two(a: list[float], b: list[float], distance: float) -> int | None:
     return seeds_needed(distance, math.sqrt(sum(s * s for s in spreads) / len(spreads)), models=2)
 
 
-def single(label: str, values: list[float], rule: Rule) -> Comparison:
+def _text(evidence: Evidence, label: str, figure: str, first: str, second: str | None = None,
+          second_figure: str | None = None) -> TextInterval | None:
+    """The seeds-and-text interval of a row, where the figure is one the blocks recompute and every
+    run has its blocks."""
+    weights = FIGURE_WEIGHTS.get(figure)
+    other = FIGURE_WEIGHTS.get(second_figure or figure)
+    if evidence.sampling is None or weights is None or other is None:
+        return None
+    tables = evidence.run_blocks(first)
+    others = evidence.run_blocks(second) if second is not None else []
+    if tables is None or others is None:
+        return None
+    s = evidence.sampling
+    return text_interval(label, tables, weights, s.replicates, s.generator_seed, others, other)
+
+
+def single(evidence: Evidence, model: str, figure: str, label: str, rule: Rule, rule_name: str) -> Comparison:
+    """One model's figure over its seeds, one sample."""
+    values = evidence.values(model, figure)
+    if not values:
+        return Comparison(label, Interval(math.nan, math.nan, math.nan, 0), rule, rule_name, (model,), ((),), None)
     interval = t_interval(values)
-    return Comparison(label, interval, rule, needed_one(values, rule.distance(interval)))
+    return Comparison(label, interval, rule, rule_name, (model,), (tuple(values),),
+                      needed_one(values, rule.distance(interval)), text=_text(evidence, label, figure, model))
 
 
-def between(evidence: Evidence, larger: str, smaller: str, figure: str, label: str, rule: Rule,
-             unit: str) -> Comparison:
+def paired(evidence: Evidence, model: str, figure: str, minus: str, label: str, rule: Rule,
+           rule_name: str) -> Comparison | None:
+    """Per run of `model`, `figure` − `minus` (two figures of the same runs), or None when no run has both."""
+    rows = evidence.frame[(evidence.frame["model"] == model) & evidence.frame[figure].notna()
+                          & evidence.frame[minus].notna()]
+    if rows.empty:
+        return None
+    differences = (rows[figure] - rows[minus]).tolist()
+    interval = t_interval(differences)
+    text = None
+    tables = [evidence.blocks.get((model, int(s))) for s in rows["seed"]]
+    if evidence.sampling is not None and all(t is not None for t in tables) and figure in FIGURE_WEIGHTS \
+            and minus in FIGURE_WEIGHTS:
+        weights = dict(FIGURE_WEIGHTS[figure])
+        for name, w in FIGURE_WEIGHTS[minus].items():
+            weights[name] = weights.get(name, 0.0) - w
+        text = text_interval(label, tables, weights, evidence.sampling.replicates, evidence.sampling.generator_seed)
+    return Comparison(label, interval, rule, rule_name, (model,), (tuple(differences),),
+                      needed_one(differences, rule.distance(interval)), text=text)
+
+
+def between(evidence: Evidence, larger: str, smaller: str, figure: str, label: str, rule: Rule, rule_name: str,
+            unit: str) -> Comparison:
+    """mean(larger's figure) − mean(smaller's figure), Welch."""
     a, b = evidence.values(larger, figure), evidence.values(smaller, figure)
     interval = welch(a, b)
-    return Comparison(f"{label}: {larger} − {smaller} ({unit})", interval, rule,
-                      needed_two(a, b, rule.distance(interval)))
+    full = f"{label}: {larger} − {smaller} ({unit})"
+    return Comparison(full, interval, rule, rule_name, (larger, smaller), (tuple(a), tuple(b)),
+                      needed_two(a, b, rule.distance(interval)), kind="welch",
+                      text=_text(evidence, full, figure, larger, smaller))
 
 
 def span(values: list[float]) -> str:

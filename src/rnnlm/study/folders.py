@@ -14,13 +14,14 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rnnlm.errors import ParamsError, RnnlmError
+from rnnlm.evaluation.blocks import BlockTable, read_blocks
 from rnnlm.params import model_entry
 from rnnlm.study.collect import leftovers
 from rnnlm.study.experiments import QUICK, seed_folder_name
@@ -43,6 +44,7 @@ class StudyRun:
     metrics: dict[str, Any]  # metrics.json (the evaluate stage's)
     provenance: dict[str, Any]
     epochs: tuple[dict[str, float], ...]  # epochs.tsv's rows, as numbers
+    blocks: BlockTable | None = None  # validation_blocks.csv, for runs evaluated since it was written
 
     @property
     def entry(self) -> dict[str, Any]:
@@ -107,6 +109,8 @@ def _read(path: Path, parse) -> Any:
     except (ValueError, yaml.YAMLError, KeyError, TypeError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise StudyFolderError(f"{path}: does not parse ({first}); collect the run again") from None
+    if isinstance(value, BlockTable):
+        return value
     if value is None or (not isinstance(value, (dict, list))):
         raise StudyFolderError(f"{path}: does not parse (empty or not a table); collect the run again")
     if path.suffix != ".tsv" and not isinstance(value, dict):
@@ -236,8 +240,18 @@ def load_run(folder: Path, model: str, seed: int | None, quick: bool) -> StudyRu
     run = StudyRun(model, int(params.get("seed", 0)) if seed is None else seed, folder, quick, params,
                    _read(folder / "train_metrics.json", json.loads), _read(folder / "metrics.json", json.loads),
                    _read(folder / "provenance.json", json.loads), tuple(_read(folder / "epochs.tsv", _epoch_rows)))
+    if (folder / "validation_blocks.csv").is_file():
+        run = replace(run, blocks=_read(folder / "validation_blocks.csv", _blocks))
     _check(run)
     return run
+
+
+def _blocks(text: str) -> BlockTable:
+    table = read_blocks(text)
+    values = [*table.chars, *table.tokens, *(v for column in table.nats.values() for v in column)]
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ValueError("a count or a sum of nats that is negative or not finite")
+    return table
 
 
 def load_runs(study_dir: Path) -> list[StudyRun]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -34,9 +35,12 @@ from rnnlm.atomic import AtomicFiles
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
 from rnnlm.reporting.markdown import table_head, table_row
+from rnnlm.study.evidence import Evidence, TextSampling
 from rnnlm.study.figure import write_figure
-from rnnlm.study.findings import Finding, findings, findings_markdown, findings_record, verdict_lines
+from rnnlm.study.findings import Pass, confirmatory, exploratory, findings_record
+from rnnlm.study.findings_markdown import findings_markdown, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
+from rnnlm.study.registration import Registration, RegistrationError, current_registration
 from rnnlm.study.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
 
 
@@ -84,8 +88,9 @@ def _span(values: list[float]) -> str:
 
 
 SUMMARY_HEADER = table_head(["model (samples)", "tokens", "params", "seeds", "trained on", "train s",
-                             "val loss (last / best)", "stateful", "stateless", "gap", "bigram", "context horizon",
-                             "known words", "repeated 4-grams"], "llrrlrrrrrrrrr")
+                             "val loss, nats/token (last / best)", "stateful (bits/char)", "stateless (bits/char)",
+                             "gap (bits/char)", "bigram (bits/char)", "context horizon (tokens)", "known words",
+                             "repeated 4-grams"], "llrrlrrrrrrrrr")
 
 
 def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, models: list[str],
@@ -114,11 +119,12 @@ def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, m
     return lines
 
 
-RUN_HEADER = table_head(["model", "seed", "trained on", "train s", "val loss (last / best)", "one batch (last / best)",
-                         "stateful", "stateless", "gap", "context horizon", "from"], "lrlrrrrrrrl")
+RUN_HEADER = table_head(["model", "seed", "trained on", "train s", "val loss, nats/token (last / best)",
+                         "one batch, nats/token (last / best)", "stateful (bits/char)", "stateless (bits/char)",
+                         "gap (bits/char)", "context horizon (tokens)", "from", "read as"], "lrlrrrrrrrll")
 
 
-def run_row(run: StudyRun, figures: dict[str, float], base: Path) -> str:
+def run_row(run: StudyRun, figures: dict[str, float], base: Path, read_as: str = "—") -> str:
     """One run's row: its own figures (its row of the runs frame, written as the registry says), its
     name linking to its samples."""
     def text(name: str) -> str:
@@ -129,10 +135,10 @@ def run_row(run: StudyRun, figures: dict[str, float], base: Path) -> str:
     return (f"| [{run.model}]({_link(run, base)}) | {run.seed if not run.quick else _fmt(run.params.get('seed'), 'd')} "
             f"| {run.where()} | {text('train_seconds')} | {text('val_loss')} / {text('best_val_loss')} "
             f"| {one_batch} | {text('stateful_bpc')} | {text('stateless_bpc')} | {text('gap_bpc')} "
-            f"| {text('context_horizon')} | {run.source()} |")
+            f"| {text('context_horizon')} | {run.source()} | {read_as} |")
 
 
-def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, found: list[Finding],
+def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, reading: Reading,
                 models: list[str], study_dir: Path, markdown: Path, figure_name: str) -> str:
     base = markdown.parent
     full = [r for r in runs if not r.quick]
@@ -159,19 +165,21 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, fou
         "",
         *summary_table(runs, frame, summary, models, base),
         "",
-        *findings_markdown(found),
+        *findings_markdown(reading.passes, reading.registration, reading.registration.sealed_by),
         "## Every run",
         "",
         "One batch: the study's own validation estimator (the loss on one random batch of 64 windows), recorded",
-        "beside the whole split by runs trained since it was added.",
+        "beside the whole split by runs trained since it was added. Read as: *confirmatory* for a seed the",
+        "registration names trained on code that descends from it, else *exploratory*; a SentencePiece run whose",
+        "tokenizer is not the pipeline's is left out of the claims.",
         "",
         *RUN_HEADER,
-        *(run_row(r, figures, base) for r, figures in zip(full, frame.to_dict("records"))),
+        *(run_row(r, figures, base, reading.read_as(r)) for r, figures in zip(full, frame.to_dict("records"))),
         "",
     ]
     if quick:
         lines += ["## Quick runs (a fraction of the steps: not the study's numbers)", "", *RUN_HEADER,
-                  *(run_row(r, run_figures(r), base) for r in quick), ""]
+                  *(run_row(r, run_figures(r), base, "not read") for r in quick), ""]
     lines += [f"![the study]({figure_name})", ""]
     return "\n".join(lines)
 
@@ -180,7 +188,7 @@ README_BEGIN = "<!-- the study's full-scale table: written by `python -m rnnlm.s
 README_END = "<!-- end of the study's table -->"
 
 
-def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, found: list[Finding],
+def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, reading: Reading,
                 models: list[str], markdown: Path) -> str:
     """The README with what lies between its two markers replaced by the summary table and one
     verdict line per claim, linking to the findings in `markdown`."""
@@ -196,9 +204,76 @@ def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary
     _, tail = rest.split(README_END, 1)
     link = Path(os.path.relpath(markdown, readme.parent)).as_posix()
     block = [*summary_table(runs, frame, summary, models, readme.parent), "",
-             "The study's claims, as the numbers judge them against the spread over seeds:", "",
-             *verdict_lines(found, link)]
+             "The study's claims, as the numbers judge them against the spread over seeds (exploratory, every run;",
+             "then confirmatory, the seeds trained after the rules were registered):", "",
+             *verdict_lines(reading.passes, link)]
     return f"{head}{README_BEGIN}\n" + "\n".join(block) + f"\n{README_END}{tail}"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the report reads the runs: the registration and its commit, which runs are confirmatory
+    or left out, and the two passes over the claims."""
+
+    registration: Registration
+    confirmatory: frozenset[tuple[str, int]]
+    other_tokenizer: dict[tuple[str, int], str]  # run -> why it is left out
+    passes: list[Pass]
+
+    def read_as(self, run: StudyRun) -> str:
+        key = (run.model, run.seed)
+        if key in self.other_tokenizer:
+            return f"left out: {self.other_tokenizer[key]}"
+        return "confirmatory" if key in self.confirmatory else "exploratory"
+
+
+def other_tokenizers(frame: pd.DataFrame) -> dict[tuple[str, int], str]:
+    """The SentencePiece runs whose validation split has another number of pieces than most
+    SentencePiece runs (the pipeline's tokenizer; the registration's `same_tokenizer`), each with why."""
+    pieces = frame.loc[frame["tokens"] == "sentencepiece", "val_tokens"].dropna()
+    if pieces.empty:
+        return {}
+    counts = pieces.value_counts()
+    usual = int(sorted(counts.index, key=lambda v: (-counts[v], v))[0])
+    return {(r.model, int(r.seed)): f"another tokenizer ({int(r.val_tokens):,} validation pieces against {usual:,})"
+            for r in frame.itertuples() if r.tokens == "sentencepiece" and r.val_tokens == r.val_tokens
+            and int(r.val_tokens) != usual}
+
+
+def confirmatory_runs(runs: list[StudyRun], registration: Registration) -> frozenset[tuple[str, int]]:
+    """The runs of a seed the registration names whose provenance says (from git, at collect) that
+    their code descends from the commit that sealed it."""
+    def confirmed(run: StudyRun) -> bool:
+        record = run.provenance.get("registration") or {}
+        return (run.seed in registration.seeds and registration.sealed_by is not None
+                and record.get("commit") == registration.sealed_by and record.get("code_descends") is True)
+
+    return frozenset((r.model, r.seed) for r in runs if confirmed(r))
+
+
+def read_runs(runs: list[StudyRun], frame: pd.DataFrame, study_dir: Path) -> Reading:
+    """The registration of `study_dir`, each run's reading, and both passes (the folders alone)."""
+    try:
+        registration = current_registration(study_dir)
+    except RegistrationError as error:
+        raise StudyReportError(str(error)) from None
+    note = "" if registration.sealed_by else (
+        f"Not judged: {registration.path.name} is not sealed yet (`python -m rnnlm.study register --seal`), so no run "
+        "can be shown to have been trained after it.")
+    confirmed = confirmatory_runs(runs, registration)
+    left_out = other_tokenizers(frame)
+    sampling = TextSampling(registration.replicates, registration.generator_seed)
+    everything = Evidence(frame, epochs_frame(runs), {r.model: r.shape for r in runs},
+                          {(r.model, r.seed): r.blocks for r in runs if r.blocks is not None}, sampling)
+    usable = everything.where(pd.Series([(m, int(s)) not in left_out for m, s in zip(frame["model"], frame["seed"])],
+                                        index=frame.index))
+    first = exploratory(usable, registration)
+    chosen = usable.where(pd.Series([(m, int(s)) in confirmed for m, s in zip(usable.frame["model"],
+                                                                              usable.frame["seed"])],
+                                     index=usable.frame.index))
+    if not note and chosen.frame.empty:
+        note = "No confirmatory run collected yet."
+    return Reading(registration, confirmed, left_out, [first, confirmatory(chosen, registration, first, note)])
 
 
 def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "params.yaml",
@@ -212,17 +287,19 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
     frame = runs_frame(runs)
     summary_rows = summary_frame(frame)
     summary = Summary(summary_rows)
-    found = findings(frame, epochs_frame(runs), {r.model: r.shape for r in runs if not r.quick})
+    full = [r for r in runs if not r.quick]
+    reading = read_runs(full, frame, study_dir)
     with AtomicFiles() as out:
-        out.path(markdown).write_text(to_markdown(runs, frame, summary, found, models, study_dir, markdown,
+        out.path(markdown).write_text(to_markdown(runs, frame, summary, reading, models, study_dir, markdown,
                                                   figure.name), encoding="utf-8")
         write_figure(runs, summary_rows, out.path(figure))
         out.path(study_dir / "runs.csv").write_text(csv_text(frame), encoding="utf-8")
         out.path(study_dir / "summary.csv").write_text(csv_text(summary_rows), encoding="utf-8")
         out.path(study_dir / "summary.json").write_text(summary_json(summary_rows), encoding="utf-8")
-        out.path(study_dir / "findings.json").write_text(json.dumps(findings_record(found), indent=2,
-                                                                    ensure_ascii=False) + "\n", encoding="utf-8")
+        record = findings_record(reading.passes, reading.registration, reading.registration.sealed_by)
+        out.path(study_dir / "findings.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
+                                                         encoding="utf-8")
         if readme is not None:
-            out.path(readme).write_text(readme_text(readme, runs, frame, summary, found, models, markdown),
+            out.path(readme).write_text(readme_text(readme, runs, frame, summary, reading, models, markdown),
                                         encoding="utf-8")
     return runs

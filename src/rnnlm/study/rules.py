@@ -1,37 +1,50 @@
-"""The two kinds of rule a claim's comparison is judged by, each stating its question and its edge.
+"""The two kinds of rule a claim's comparison is judged by, and how one claim's rows are decided
+together.
 
-In:  an `Interval` (`rnnlm.study.stats`: estimate, 95% bounds, n, standard error, degrees of freedom).
-Out: the rule's sentence ("> +0.05"), the one-sided p-value of the claimed direction and of the
-     other, the verdict of the 95% interval alone, and the signed distance to the edge that decides.
+In:  an `Interval` (`rnnlm.study.stats`: estimate, 95% bounds, n, standard error, degrees of
+     freedom), or an exact test's one-sided p-values (`rnnlm.study.exact`).
+Out: the rule's sentence ("> +0.05 bits/char"), the one-sided p-values of the claimed direction and
+     of the other, the verdict of the 95% interval alone, and the signed distance to the edge.
 
-- `Above(edge)`: the claim "the quantity exceeds `edge`" (a margin: the smallest difference that
-  counts). Supported when the interval lies wholly above the edge, contradicted when wholly below.
-- `Within(low, high)`: the claim "the quantity lies inside [low, high]" (agreement within a
-  tolerance). Supported when the interval lies wholly inside (two one-sided tests), contradicted when
-  wholly outside.
+- `Above(edge, unit)`: the claim "the quantity exceeds `edge`" (a margin: the smallest difference
+  that counts). Supported when the interval lies wholly above the edge, contradicted when wholly
+  below.
+- `Within(low, high, unit)`: the claim "the quantity lies inside [low, high]" (agreement within a
+  tolerance). Supported when the interval lies wholly inside (two one-sided tests), contradicted
+  when wholly outside.
 
-A claim's rows are then decided together (`decide`): each row's directional test (the smaller of its
-two one-sided p-values, doubled, which is below 0.05 exactly when its 95% interval clears the edge)
+A claim's rows are decided together (`decide`): each row's directional p (the smaller of its two
+one-sided p-values, doubled, which is below 0.05 exactly when its 95% interval clears the edge)
 goes through Holm's step-down over the claim's rows, so a claim's row verdicts hold at a family-wise
-error of 5% together, not 5% each.
+error of 5% together; the adjusted p is the one that decides. The edges and the level come from the
+registered rules (`rnnlm.study.registration`); `at(edge)` gives the same rule at another edge (the
+sensitivity grid).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from rnnlm.study.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Interval, holm, one_sided_p
+from rnnlm.study.stats import CONFIDENCE, Interval, holm_adjusted, one_sided_p
+from rnnlm.study.verdicts import CONTRADICTED, SUPPORTED, Verdict, inconclusive
+
+UNITS = {"bits per character": "bits/char", "nats per character": "nats/char", "nats per token": "nats/token"}
+"""The registered units, as a rule's sentence writes them."""
 
 
 @dataclass(frozen=True)
 class Above:
-    """The quantity exceeds `edge`."""
+    """The quantity exceeds `edge` (in `unit`)."""
 
     edge: float
+    unit: str = ""
 
     def sentence(self) -> str:
-        return f"> {self.edge:+.2f}"
+        return f"> {self.edge:+.2f}" + (f" {UNITS.get(self.unit, self.unit)}" if self.unit else "")
+
+    def at(self, edge: float) -> Above:
+        return replace(self, edge=edge)
 
     def p(self, interval: Interval) -> float | None:
         """One-sided p of the claim (against "at most the edge")."""
@@ -41,15 +54,15 @@ class Above:
         """One-sided p of the opposite (against "at least the edge")."""
         return one_sided_p(interval, self.edge, above=False)
 
-    def verdict(self, interval: Interval) -> str:
+    def verdict(self, interval: Interval) -> Verdict:
         """What the 95% interval alone says."""
         if interval.one_run:
-            return f"{INCONCLUSIVE} at n = 1"
+            return inconclusive(1)
         if interval.low > self.edge:
             return SUPPORTED
         if interval.high < self.edge:
             return CONTRADICTED
-        return f"{INCONCLUSIVE} at n = {interval.n}"
+        return inconclusive(interval.n)
 
     def distance(self, interval: Interval) -> float:
         """How far the estimate lies from the edge (the difference more seeds must resolve)."""
@@ -58,13 +71,18 @@ class Above:
 
 @dataclass(frozen=True)
 class Within:
-    """The quantity lies inside [low, high]."""
+    """The quantity lies inside [low, high] (in `unit`)."""
 
     low: float
     high: float
+    unit: str = ""
 
     def sentence(self) -> str:
-        return f"inside [{self.low:+.2f}, {self.high:+.2f}]"
+        return f"inside [{self.low:+.2f}, {self.high:+.2f}]" + (f" {UNITS.get(self.unit, self.unit)}" if self.unit else "")
+
+    def at(self, half_width: float) -> Within:
+        """The band ±`half_width` (the registered grid gives half-widths)."""
+        return replace(self, low=-half_width, high=half_width)
 
     def p(self, interval: Interval) -> float | None:
         """Two one-sided tests: the larger of the p-values against "at most low" and "at least high"."""
@@ -76,14 +94,14 @@ class Within:
         below, above = one_sided_p(interval, self.low, above=False), one_sided_p(interval, self.high, above=True)
         return None if below is None or above is None else min(below, above)
 
-    def verdict(self, interval: Interval) -> str:
+    def verdict(self, interval: Interval) -> Verdict:
         if interval.one_run:
-            return f"{INCONCLUSIVE} at n = 1"
+            return inconclusive(1)
         if self.low <= interval.low and interval.high <= self.high:
             return SUPPORTED
         if interval.high < self.low or interval.low > self.high:
             return CONTRADICTED
-        return f"{INCONCLUSIVE} at n = {interval.n}"
+        return inconclusive(interval.n)
 
     def distance(self, interval: Interval) -> float:
         """How far the estimate lies from the nearer edge."""
@@ -95,21 +113,34 @@ class Within:
 Rule = Above | Within
 
 
-def decide(rule_intervals: Sequence[tuple[Rule, Interval]]) -> list[str]:
-    """The verdicts of one claim's rows under Holm's step-down at a family-wise 5% (module docstring):
-    supported or contradicted where a row's directional test survives the adjustment, else
-    inconclusive at its n. A row of one run is inconclusive at n = 1 and left out of the family."""
-    tests: list[float | None] = []
-    for rule, interval in rule_intervals:
-        p, p_against = rule.p(interval), rule.p_against(interval)
-        tests.append(None if p is None or p_against is None else min(1.0, 2 * min(p, p_against)))
-    rejected = holm(tests)
-    verdicts = []
-    for (rule, interval), test, decided in zip(rule_intervals, tests, rejected):
-        if test is None:
-            verdicts.append(f"{INCONCLUSIVE} at n = {interval.n}")
-        elif decided:
-            verdicts.append(SUPPORTED if rule.p(interval) < rule.p_against(interval) else CONTRADICTED)
+def directional(p: float | None, p_against: float | None) -> float | None:
+    """A row's two-sided test of "on one side of the edge": the smaller one-sided p, doubled."""
+    return None if p is None or p_against is None else min(1.0, 2 * min(p, p_against))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One row's verdict after Holm's step-down, and the adjusted p that decided it."""
+
+    verdict: Verdict
+    adjusted_p: float | None
+
+
+def decide(tests: Sequence[tuple[float | None, float | None, int]], level: float = 1 - CONFIDENCE) -> list[Decision]:
+    """The verdicts of one claim's rows under Holm's step-down at family-wise `level`, from each row's
+    (p of the claim, p of the opposite, n): supported or contradicted where a row's directional test
+    survives the adjustment, else inconclusive at its n. A row without p-values (one run) is
+    inconclusive at its n and left out of the family."""
+    adjusted = holm_adjusted([directional(p, against) for p, against, _ in tests])
+    decisions = []
+    for (p, against, n), q in zip(tests, adjusted):
+        if q is not None and q <= level:
+            decisions.append(Decision(SUPPORTED if p < against else CONTRADICTED, q))
         else:
-            verdicts.append(f"{INCONCLUSIVE} at n = {interval.n}")
-    return verdicts
+            decisions.append(Decision(inconclusive(n), q))
+    return decisions
+
+
+def interval_tests(rule_intervals: Sequence[tuple[Rule, Interval]]) -> list[tuple[float | None, float | None, int]]:
+    """`decide`'s input for rows judged by their t-intervals."""
+    return [(rule.p(interval), rule.p_against(interval), interval.n) for rule, interval in rule_intervals]

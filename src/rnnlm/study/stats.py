@@ -2,8 +2,8 @@
 
 In:  a figure's values over a model's seeds (or the per-seed differences of two figures of the
      same weights, or two models' values).
-Out: an `Interval` (estimate, 95% bounds, n) and, against a rule, one of *supported*,
-     *contradicted* or *inconclusive at n = k*.
+Out: an `Interval` (estimate, 95% bounds, n, standard error, degrees of freedom), which a rule
+     (`rnnlm.study.rules`) turns into one-sided p-values and a verdict (`rnnlm.study.verdicts`).
 
 - `t_interval(values)`: Student's t-interval of the mean (scipy.stats), right for the 3-10 seeds
   a study affords (a bootstrap has too few resamples there).
@@ -12,8 +12,9 @@ Out: an `Interval` (estimate, 95% bounds, n) and, against a rule, one of *suppor
 - `welch(a, b)`: Welch's interval of mean(a) - mean(b), for two models (unequal spreads and n).
 - One run gives no spread: its interval is the value alone, flagged `one_run`, and every rule
   calls it inconclusive at n = 1. All runs equal (no spread at all) give a zero-width interval.
-- `one_sided_p` and `holm`: the p-value of a one-sided question and Holm's step-down over the
-  comparisons of one claim; `seeds_needed` plans seeds at 80% power (noncentral t).
+- `one_sided_p`, `holm` and `holm_adjusted`: the p-value of a one-sided question, Holm's step-down
+  over the comparisons of one claim and its adjusted p-values; `seeds_needed` plans seeds at 80%
+  power (noncentral t).
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
-
-SUPPORTED, CONTRADICTED, MIXED, INCONCLUSIVE, NOT_MEASURED = (
-    "supported", "contradicted", "mixed", "inconclusive", "not measured yet")
 
 
 @dataclass(frozen=True)
@@ -117,6 +115,19 @@ def one_sided_p(interval: Interval, edge: float, above: bool = True) -> float | 
     return float(stats.t.sf(distance / interval.se, interval.df))
 
 
+def holm_adjusted(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's adjusted p-values: the i-th smallest of k tests times (k - i + 1), never below an
+    adjusted p of a smaller test, at most 1. A test is rejected at family-wise level alpha exactly
+    when its adjusted p is at most alpha (the step-down of `holm`). None stays None."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
 def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> list[bool]:
     """Holm's step-down over a family of tests: which are rejected at family-wise level `alpha`
     (the smallest p against alpha / k, the next against alpha / (k - 1), ..., stopping at the first
@@ -128,23 +139,6 @@ def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> lis
             break
         rejected[i] = True
     return rejected
-
-
-def combine(verdicts: Sequence[str]) -> str:
-    """A claim's verdict from its comparisons' (those not measured yet left out): all supported, all
-    contradicted, supported beside contradicted (mixed), else inconclusive at the smallest n that
-    left one undecided."""
-    verdicts = [v for v in verdicts if v != NOT_MEASURED]
-    if not verdicts:
-        return NOT_MEASURED
-    if all(v == SUPPORTED for v in verdicts):
-        return SUPPORTED
-    if all(v == CONTRADICTED for v in verdicts):
-        return CONTRADICTED
-    if SUPPORTED in verdicts and CONTRADICTED in verdicts:
-        return MIXED
-    ns = [int(v.rsplit(" ", 1)[-1]) for v in verdicts if v.startswith(INCONCLUSIVE)]
-    return f"{INCONCLUSIVE} at n = {min(ns)}"
 
 
 POWER = 0.8

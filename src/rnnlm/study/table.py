@@ -142,9 +142,10 @@ def runs_frame(runs: list[StudyRun]) -> pd.DataFrame:
         rows.append({"model": run.model, "seed": run.seed, "tokens": run.tokens, "cell": run.cell,
                      "training": run.training,
                      "machine": run.where(), "gemm": run.train.get("gemm") or "", "source": run.source(),
+                     "commit": str(run.provenance.get("commit") or ""), "val_tokens": run.metrics.get("val_tokens"),
                      **run_figures(run)})
     return pd.DataFrame(rows, columns=["model", "seed", "tokens", "cell", "training", "machine", "gemm", "source",
-                                       *FIGURES])
+                                       "commit", "val_tokens", *FIGURES])
 
 
 def epochs_frame(runs: list[StudyRun]) -> pd.DataFrame:

@@ -1,0 +1,218 @@
+"""The Findings section of reports/study.md and the README's verdict lines, rendered from the passes
+(`rnnlm.study.findings`): every sentence's numbers are read from the same objects that print the
+tables.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rnnlm.reporting.markdown import table_head
+from rnnlm.study.evidence import Comparison
+from rnnlm.study.findings import CONFIRMATORY, Finding, Pass
+from rnnlm.study.registration import Registration
+from rnnlm.study.rules import UNITS
+from rnnlm.study.verdicts import CONTRADICTED, SUPPORTED
+
+PER_SEED_UP_TO = 5
+"""Rows of at most this many runs per model show every run's value."""
+
+
+def _p(p: float | None) -> str:
+    return "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _per_run(c: Comparison) -> str:
+    if any(len(side) > PER_SEED_UP_TO for side in c.values) or not c.measured:
+        return "—"
+    sides = [", ".join(f"{v:+.3f}" for v in side) for side in c.values]
+    return sides[0] if len(sides) == 1 else " · ".join(f"{m}: {s}" for m, s in zip(c.models, sides))
+
+
+def _exact(c: Comparison, level: float) -> str:
+    test = c.exact()
+    if test is None:
+        return "none (its variance adds the study's one-batch noise)" if c.kind == "band" else "—"
+    if min(1.0, 2 * test.smallest) > level:
+        return f"cannot reach {level:g} at n = {test.n} (p ≥ {test.smallest:.3f} one-sided)"
+    decision = c.exact_decision
+    return f"{_p(decision.adjusted_p)}, {decision.verdict}" if decision else "—"
+
+
+def _verdict_cell(c: Comparison) -> str:
+    notes = [c.note] if c.note else []
+    exact = c.exact_decision
+    if c.verdict.decided and exact is not None and exact.verdict != c.verdict:
+        notes.append("t only")
+    elif exact is not None and exact.verdict.decided and exact.verdict != c.verdict:
+        notes.append(f"exact test: {exact.verdict}")
+    if c.alone != c.verdict:
+        notes.append(f"{c.alone} at 95% alone")
+    return f"{c.verdict}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _text(c: Comparison) -> str:
+    if c.text is None:
+        return "—"
+    return f"[{c.text.low:+.3f}, {c.text.high:+.3f}], ×{c.text.wider:.2f}"
+
+
+def comparison_table(finding: Finding, level: float) -> list[str]:
+    """One row per comparison: estimate, t interval, n, per-run values, rule, the claimed side's p,
+    the deciding (Holm-adjusted) p, the verdict, the exact test, the interval with the text resampled
+    too and the seeds that would decide it."""
+    units = {UNITS.get(r.unit, r.unit) for r in finding.registered.rules.values()}
+    unit = units.pop() if len(units) == 1 else "see rule"
+    lines = table_head([f"comparison", f"estimate ({unit})", "± 95% (t)", "n", f"per run (n ≤ {PER_SEED_UP_TO})",
+                        "rule", "p, claimed side (one-sided)", f"p deciding (Holm, {level:g} per claim)", "verdict",
+                        "exact test: p deciding (Holm), verdict", "95% with seeds and text resampled, × seeds-only",
+                        "seeds to decide (80% power)"], "lrrrllrrlllr")
+    for c in finding.comparisons:
+        measured = c.measured
+        lines.append(
+            f"| {c.label} | {f'{c.interval.estimate:+.3f}' if measured else '—'} | "
+            f"{'—' if not measured or c.interval.one_run else f'{c.interval.half_width:.3f}'} | {c.interval.n} | "
+            f"{_per_run(c)} | {c.rule.sentence()} | {_p(c.p)} | "
+            f"{_p(c.decision.adjusted_p) if c.decision else '—'} | {_verdict_cell(c)} | {_exact(c, level)} | "
+            f"{_text(c)} | {'—' if c.needed is None else c.needed} |")
+    return lines
+
+
+def sensitivity_table(finding: Finding) -> list[str]:
+    """Per rule of the claim, the verdict of each of its rows and of the claim at each edge of the
+    registered grid (the registered edge in bold)."""
+    lines: list[str] = []
+    for name, claim_verdicts in finding.sensitivity.items():
+        registered = finding.registered.rule(name)
+        heads = [f"**{e:+g}**" if e == registered.edge else f"{e:+g}" for e, _ in claim_verdicts]
+        what = "band ±" if registered.kind == "within" else "edge"
+        lines += [*table_head([f"{registered.figure} ({UNITS.get(registered.unit, registered.unit)}), at the {what}",
+                               *heads], "l" + "l" * len(heads))]
+        lines += [f"| {c.label} | " + " | ".join(str(v) for _, v in c.grid) + " |"
+                  for c in finding.comparisons if c.rule_name == name and c.grid]
+        lines.append(f"| the claim ({finding.registered.form}) | " + " | ".join(f"**{v}**" for _, v in claim_verdicts)
+                     + " |")
+        lines.append("")
+    return lines
+
+
+def short_names(finding: Finding) -> dict[str, str]:
+    """Each row's short name: its model, or the two it sets against each other; with the rule's
+    figure where two rows of the claim would share a name."""
+    names = {c.label: " − ".join(c.models) for c in finding.comparisons}
+    taken = list(names.values())
+    return {c.label: names[c.label] + (f" ({finding.registered.rule(c.rule_name).figure})"
+                                       if taken.count(names[c.label]) > 1 else "") for c in finding.comparisons}
+
+
+def _rows_by_verdict(finding: Finding) -> str:
+    """Which rows each verdict holds, read from the verdicts."""
+    groups: dict[str, list[str]] = {}
+    names = short_names(finding)
+    for c in finding.comparisons:
+        if c.measured:
+            groups.setdefault(c.verdict.word if c.verdict.decided else "open", []).append(names[c.label])
+    order = [SUPPORTED.word, CONTRADICTED.word, "open"]
+    return "; ".join(f"{w}: {', '.join(groups[w])}" for w in order if w in groups)
+
+
+def _waiting(finding: Finding) -> str:
+    """The rows a pass cannot judge yet, grouped by what they wait for."""
+    groups: dict[str, list[str]] = {}
+    for label, why in finding.waiting:
+        groups.setdefault(why, []).append(re.sub(r" \([^)]*\)$", "", label))
+    return "; ".join(f"{why}: {', '.join(labels)}" for why, labels in groups.items())
+
+
+def history_note(registration: Registration, number: int) -> str:
+    """When the claim's rule was set, relative to when its data was first committed."""
+    history = registration.claim(number).history
+    rules, data = history.get("rule_set") or [], history.get("data_first_committed")
+    if not rules or not data:
+        return "its history was not recorded"
+    first, last = rules[0], rules[-1]
+    when = (f"rule first set {first['date'][:10]} ({first['commit'][:7]})" +
+            (f", last changed {last['date'][:10]} ({last['commit'][:7]})" if len(rules) > 1 else ""))
+    before = last["date"] < data["date"]
+    return (f"{when}; its data first committed {data['date'][:10]} ({data['commit'][:7]}): "
+            + ("the rule was fixed before its data existed" if before else
+               "the rule was set with data in view, so this reading is exploratory"))
+
+
+def _verdict_line(finding: Finding, one_pass: Pass) -> str:
+    rows = [c for c in finding.comparisons if c.measured]
+    if not rows:
+        return f"**{one_pass.name.capitalize()} verdict: none yet** (no row judged)."
+    scope = ""
+    if one_pass.name == CONFIRMATORY and finding.waiting:
+        scope = f" on the {len(rows)} row{'s' if len(rows) != 1 else ''} judged ({len(finding.waiting)} waiting)"
+    return f"**{one_pass.name.capitalize()} verdict: {finding.verdict}**{scope}."
+
+
+def findings_markdown(passes: list[Pass], registration: Registration, registered_by: str | None) -> list[str]:
+    """The Findings section of reports/study.md, as lines."""
+    level = registration.level
+    commit = f"commit {registered_by[:7]}" if registered_by else "not committed"
+    lines = ["## Findings", "",
+             f"Each claim of the study is judged by the rules registered in `{registration.path.name}` (beside the run",
+             f"folders; sha256 `{registration.sha256[:16]}…`, {commit}, {registration.date}): its question, its logical",
+             "form, every rule's edge and unit, the sensitivity grid, the tests and the family-wise level. Each claim is",
+             "judged twice. *Exploratory*: every run collected; most rules were set with some of those runs in view",
+             "(each claim says when). *Confirmatory*: only the seeds the registration names "
+             f"({', '.join(str(s) for s in registration.seeds)}), trained",
+             "on code that descends from the registering commit; a row is judged once each of its models has "
+             f"{registration.at_least} such seeds.", "",
+             "Every comparison has a 95% interval over seeds (Student's t over one model's seeds, paired per run when",
+             "both figures come from the same weights, Welch's between two models), the one-sided p of the claimed",
+             f"direction and the deciding p: its directional test after Holm's step-down over the claim's rows (a",
+             f"family-wise error of {level:g} per claim and pass); the verdict is *supported* or *contradicted* when that",
+             "p is at most the level, by the side the interval clears, else *inconclusive at n = k*. Beside it, an exact",
+             "test (sign flips for one model or a paired figure, permutations of runs between two models) decided the",
+             "same way; *t only* marks a verdict the exact test does not reach. Where the runs carry their validation",
+             "blocks, a second interval resamples the seeds and the text together. A claim's verdict follows its form:",
+             "*all* (one contradicted row contradicts it), *any*, or *list* (separate statements; the only form that may",
+             "read *mixed*). The sensitivity tables give the verdicts at the other edges of each registered grid.", ""]
+    for i, first in enumerate(passes[0].findings):
+        claim = first.registered
+        lines += [f"### {first.number}. {claim.text}", "",
+                  " ".join(_verdict_line(p.findings[i], p) for p in passes), "",
+                  f"Question: {claim.question} Form: *{claim.form}*: {claim.why_form} Rules: "
+                  + "; ".join(f"{r.figure} {('above ' if r.kind == 'above' else 'within ±')}{r.edge:g} "
+                              f"{UNITS.get(r.unit, r.unit)} ({r.why})" for r in claim.rules.values())
+                  + f". History: {history_note(registration, first.number)}.", ""]
+        for one_pass in passes:
+            finding = one_pass.findings[i]
+            lines += [f"**{one_pass.name.capitalize()}.**"
+                      + (f" {one_pass.note}" if one_pass.note else ""), ""]
+            if finding.comparisons:
+                lines += [*comparison_table(finding, level), ""]
+                summary = _rows_by_verdict(finding)
+                if summary:
+                    lines += [f"Rows — {summary}.", ""]
+                lines += sensitivity_table(finding)
+            if finding.waiting:
+                lines += [f"Not judged in this pass: {_waiting(finding)}.", ""]
+            if one_pass.name != CONFIRMATORY or finding.comparisons:
+                if len(finding.judged.table) > 2:
+                    lines += [*finding.judged.table, ""]
+                lines += [*finding.judged.extra]
+                if finding.judged.insight:
+                    lines += [finding.judged.insight, ""]
+    return lines
+
+
+def verdict_lines(passes: list[Pass], link: str) -> list[str]:
+    """One line per claim: its number, its verdict in each pass and the claim, linking to `link`#findings."""
+    lines = []
+    for i, first in enumerate(passes[0].findings):
+        verdicts = "; ".join(f"{p.name}: {_short(p.findings[i])}" for p in passes)
+        lines.append(f"{first.number}. **{verdicts}**: {first.registered.text} ([figures]({link}#findings))")
+    return lines
+
+
+def _short(finding: Finding) -> str:
+    rows = sum(c.measured for c in finding.comparisons)
+    if not rows:
+        return "no rows judged yet"
+    return f"{finding.verdict}" + (f" on {rows} of {rows + len(finding.waiting)} rows" if finding.waiting else "")
+

@@ -74,12 +74,13 @@ def experiment(repo: Path, name: str, model: str, scale: float, stateful: float,
 REGISTRATION = Path(__file__).resolve().parents[1] / "reports/study/registration-1.yaml"
 
 
-def new_repo(tmp_path: Path) -> Path:
-    """A repository whose branch holds the study's registered rules (not sealed) and one committed
-    run: alpha, seed 1337, full scale."""
+def new_repo(tmp_path: Path, rules: bool = True) -> Path:
+    """A repository whose branch holds the study's registered rules (unless not `rules`; not sealed)
+    and one committed run: alpha, seed 1337, full scale."""
     root = tmp_path / "repo"
     (root / "reports/study").mkdir(parents=True)
-    shutil.copy(REGISTRATION, root / "reports/study" / REGISTRATION.name)
+    if rules:
+        shutil.copy(REGISTRATION, root / "reports/study" / REGISTRATION.name)
     git(root, "init", "-q")
     write_run(root, "alpha", 1.0, 2.50)
     commit(root, "alpha, committed", "2026-01-01T10:00:00+00:00")

@@ -279,7 +279,27 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
                                                                                         folder)))
     for path in archives:
         said.append(collect_archive(Path(path), out, repo, registration))
-    return said
+    return said + [line for line in tokenizer_notes(out) if any(line.startswith(f"{s.split(':')[0]}:")
+                                                               for s in said if ": wrote" in s)]
+
+
+def tokenizer_notes(out: Path) -> list[str]:
+    """One line per SentencePiece run under `out` whose validation split has another number of
+    pieces than most SentencePiece runs (another tokenizer than the pipeline's: the report leaves
+    it out of the claims), starting with its label ("scribe_gamma seed 1: ...")."""
+    pieces: dict[str, int] = {}
+    for path in sorted(out.glob("*/seed-*/metrics.json")):
+        try:
+            metrics = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(metrics, dict) and metrics.get("tokens") == "sentencepiece" and \
+                isinstance(metrics.get("val_tokens"), int):
+            pieces[f"{path.parent.parent.name} seed {path.parent.name.removeprefix('seed-')}"] = metrics["val_tokens"]
+    counts = {v: list(pieces.values()).count(v) for v in pieces.values()}
+    usual = min(counts, key=lambda v: (-counts[v], v)) if counts else None
+    return [f"{label}: another tokenizer ({n:,} validation pieces against {usual:,}): marked and left out of the "
+            "study's claims" for label, n in pieces.items() if n != usual]
 
 
 def _label(run: Run) -> str:

@@ -72,6 +72,7 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     shutil.copy(REPO_ROOT / "params.yaml", folder / "params.yaml")
     (folder / "generations.md").write_text(report)
     (folder / "provenance.json").write_text(json.dumps({"model": "astra_alpha", "steps_scale": 1.0, "rev": "0" * 40}))
+    shutil.copy(REPO_ROOT / "reports/study/registration-1.yaml", tmp_path / "study")
     runs = study_report.report(tmp_path / "study", tmp_path / "study.md", tmp_path / "study.png",
                                str(REPO_ROOT / "params.yaml"))
     assert list(_reset_curve(runs[0])) == ["1", "4", "16", "never"]

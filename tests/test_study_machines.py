@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -40,6 +41,8 @@ def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
     run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], tmp_path)
     seed = make_dvc_repo(tmp_path / "seed", synthetic_play(20_000), _tiny)
     run(["dvc", "remote", "add", "-d", "team", str(storage)], seed)
+    (seed / "reports/study").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "reports/study/registration-1.yaml", seed / "reports/study")  # the study's rules
     run(["git", "add", "-A"], seed)
     run(["git", "commit", "-qm", "the team's DVC remote"], seed)
     run(["git", "push", "-q", str(origin), "HEAD:main"], seed)

@@ -121,8 +121,23 @@ class TokenizerParams:
 # Loading.
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping names one key twice: PyYAML keeps the last silently, DVC (ruamel) refuses the file."""
+
+
 class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading `3e-3` as a float as YAML 1.2 (and so DVC) does."""
+    """PyYAML's safe loader, reading `3e-3` as a float as YAML 1.2 (and so DVC) does, and refusing a
+    mapping that names a key twice, as DVC's reader does."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise DuplicateKey(f"key {key!r} appears twice (lines {seen[key]} and {key_node.start_mark.line + 1}); "
+                                   "expected each key once, as DVC requires")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 _Yaml12Loader.add_implicit_resolver(
@@ -193,6 +208,8 @@ def read_yaml(path: str | Path) -> Any:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Loader)
     except FileNotFoundError as error:
         raise ParamsError(f"{path}: no such file; expected params.yaml at the repository root") from error
+    except DuplicateKey as error:
+        raise ParamsError(f"{path}: {error}") from error
     except yaml.YAMLError as error:
         first = str(error).splitlines()[0]
         raise ParamsError(f"{path}: not valid YAML ({first})") from error

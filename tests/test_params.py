@@ -137,6 +137,20 @@ def test_unreadable_files(tmp_path):
         load_params(tmp_path / "params.yaml")
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda text: text.replace("seed: 1337\n", "seed: 1337\nseed: 7\n", 1), "key 'seed' appears twice"),
+    (lambda text: text.replace("    lr: 3.0e-3\n", "    lr: 3.0e-3\n    lr: 1.0e-3\n", 1), "key 'lr' appears twice"),
+], ids=["seed twice", "lr twice in an entry"])
+def test_a_key_named_twice_is_refused_as_dvc_refuses_it(tmp_path, edit, message):
+    """PyYAML keeps the last of two equal keys; DVC's reader refuses the file: so do we, naming both lines."""
+    text = (REPO_ROOT / "params.yaml").read_text()
+    changed = edit(text)
+    assert changed != text
+    (tmp_path / "params.yaml").write_text(changed)
+    with pytest.raises(ParamsError, match=rf"params.yaml: {message} \(lines \d+ and \d+\); expected each key once"):
+        load_params(tmp_path / "params.yaml")
+
+
 def test_a_stage_exits_2_with_one_line(tmp_path, raw_params):
     raw_params["data"]["train_fraction"] = 0
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw_params))

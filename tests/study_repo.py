@@ -27,14 +27,24 @@ def run_metrics(model: str, stateful: float) -> dict:
                      "stateful": {"known_word_share": 0.8, "repeated_4gram_share": 0.1}}}
 
 
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+
+
+def run_params(model: str, seed: int, scale: float) -> dict:
+    """A run's params.yaml: the project's, with one small model `model` selected at `seed` and `scale`."""
+    params = yaml.safe_load(PARAMS.read_text())
+    entry = {**params["models"]["astra_alpha"], "embd": 8, "hidden": 16, "layers": 1, "epochs": 2}
+    params.update(model=model, seed=seed, models={model: entry})  # 2,857 parameters at 65 characters
+    params["train"]["steps_scale"] = scale
+    return params
+
+
 def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int = 1337) -> None:
     """The workspace as a finished `dvc repro` of `model` leaves it (the files collect reads)."""
     (repo / "reports/train").mkdir(parents=True, exist_ok=True)
     (repo / "reports/plots").mkdir(parents=True, exist_ok=True)
-    entry = {"tokens": "char", "cell": "gru", "embd": 8, "hidden": 16, "layers": 1, "epochs": 2}
-    (repo / "params.yaml").write_text(yaml.safe_dump({"model": model, "seed": seed, "train": {"steps_scale": scale},
-                                                      "models": {model: entry}}))
-    train = {"model": model, "device": "cpu", "processor": "Test CPU", "gemm": "onednn", "parameters": 1000,
+    (repo / "params.yaml").write_text(yaml.safe_dump(run_params(model, seed, scale), sort_keys=False))
+    train = {"model": model, "device": "cpu", "processor": "Test CPU", "gemm": "onednn", "parameters": 2857,
              "epochs": 2, "steps": 20, "val_loss": 1.7, "best_val_loss": 1.69, "seconds": 12.5}
     (repo / "reports/train/metrics.json").write_text(json.dumps(train))
     epochs = "step\tepoch\ttrain_loss\tval_loss\tval_batch_loss\n10\t1\t2.0\t1.69\t1.72\n20\t2\t1.8\t1.7\t1.69\n"

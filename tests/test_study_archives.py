@@ -144,3 +144,67 @@ def test_gpu_check_stages_keep_the_carried_packages_on_their_path(monkeypatch):
     assert pipeline_runs.stage_pythonpath().split(":") == ["src", "/tmp/site"]
     monkeypatch.delenv("PYTHONPATH")
     assert pipeline_runs.stage_pythonpath() == "src"
+
+
+def _symlinked_samples(path: Path) -> None:
+    members = _members(path)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            if name.endswith("generations.md"):
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+                continue
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _renamed(path: Path, old: str, new: str) -> None:
+    _tar(path, {k.replace(old, new): v.replace(old.encode(), new.encode()) for k, v in _members(path).items()})
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/metrics.json": _members(p)["beta/seed-2/metrics.json"].replace(
+        b'"stateful_bpc": 2.0', b'"stateful_bpc": NaN')}),
+     "beta seed 2 (archive beta-seed-2.tar.gz): not collected, its metrics.json: has nan under stateful_bpc"),
+    (_symlinked_samples, "holds beta/seed-2/generations.md, a link or special file, where only plain files belong"),
+    (lambda p: _renamed(p, "beta", "quick"), "not collected, its params.yaml: models.quick: not a model name"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/provenance.json": json.dumps(
+        {**json.loads(_members(p)["beta/seed-2/provenance.json"]), "date": "yesterday"}).encode()}),
+     "its params' seed 2 or train.steps_scale 1.0, or its provenance's date 'yesterday', is not a run's"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/params.yaml": b"- 1\n- 2\n"}),
+     "its params.yaml holds list, not a mapping of fields"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/provenance.json": b"[1]"}),
+     "its provenance.json holds list, not a mapping of fields"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/params.yaml":
+                        _members(p)["beta/seed-2/params.yaml"].replace(b"seed: 2", b"seed: three")}),
+     "its params' seed 'three'"),
+    (lambda p: _tar(p, {**_members(p), "beta/seed-2/params.yaml":
+                        _members(p)["beta/seed-2/params.yaml"].replace(b"steps_scale: 1.0", b"steps_scale: fast")}),
+     "train.steps_scale 'fast'"),
+], ids=["nan figure", "a symlinked member", "a model named quick", "a date that is no date", "params a list",
+        "provenance a list", "a seed as text", "a scale as text"])
+def test_an_archive_that_the_report_would_refuse_never_replaces_a_good_run(tmp_path, damage, message, in_process):
+    """The archive is checked before its run replaces anything: the good seed-2 run stays as it was,
+    the refusal is one line, the exit is non-zero, and another good archive in the same call is
+    collected all the same."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (tmp_path / "good").mkdir()
+    good = _archive(tmp_path / "good", stateful=2.1)
+    assert in_process(["-m", "rnnlm.study", "collect", "--archives", str(good)], repo).returncode == 0
+    folder = repo / "reports/study/beta/seed-2"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    (tmp_path / "bad").mkdir()
+    bad = _archive(tmp_path / "bad", stateful=2.0, record={"date": "2026-02-01T00:00:00+00:00"})
+    damage(bad)
+    (tmp_path / "other").mkdir()
+    other = _archive(tmp_path / "other", seed=4)
+    done = in_process(["-m", "rnnlm.study", "collect", "--archives", str(bad), str(other)], repo)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert message in done.stderr, done.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert "beta seed 4: wrote" in done.stdout and (repo / "reports/study/beta/seed-4/metrics.json").is_file()
+    assert not list((repo / "reports/study").rglob(".*.partial"))

@@ -197,3 +197,52 @@ def test_collect_on_a_full_disk_says_so_and_keeps_the_folder_it_had(repo, monkey
         study_collect.collect(repo, out)
     assert {p: p.read_bytes() for p in (out / "alpha/seed-1337").iterdir()} == before
     assert sorted(p.name for p in (out / "alpha").iterdir()) == ["seed-1337"]  # no .partial to commit by mistake
+
+
+def test_a_run_the_report_would_refuse_is_named_and_leaves_its_folder_while_the_others_are_collected(repo, study_cli):
+    """Each run is all or nothing: a newer experiment of alpha whose metrics hold a NaN is refused in
+    one line (exit 1), alpha's folder keeps the run it held, and beta is collected beside it."""
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    before = {p.name: p.read_bytes() for p in (out / "alpha/seed-1337").iterdir()}
+    with open(repo / ".git/info/exclude", "a") as exclude:  # the runs below are committed without the study
+        exclude.write("reports/study/*/\n")
+    baseline = git(repo, "rev-parse", "HEAD").strip()
+    write_run(repo, "alpha", 1.0, 2.40)
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    (repo / "reports/metrics.json").write_text(json.dumps({**metrics, "stateful_bpc": float("nan")}))
+    rev = commit(repo, "a broken alpha run", "2026-01-05T10:00:00+00:00")
+    git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/alpha-broken", rev)
+    git(repo, "reset", "-q", "--hard", baseline)
+    experiment(repo, "beta-run", "beta", 1.0, 2.20, "2026-01-05T11:00:00+00:00")
+    done = study_cli(repo, "collect")
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: alpha seed 1337: not collected, its metrics.json: has nan under stateful_bpc")
+    assert "beta seed 1337: wrote" in done.stdout
+    assert {p.name: p.read_bytes() for p in (out / "alpha/seed-1337").iterdir()} == before
+    assert not list(out.rglob(".*.partial"))
+
+
+@pytest.mark.parametrize("damage", [b"{", b"[1, 2]", b'{"model": "alpha", "date": "yesterday"}'],
+                         ids=["not JSON", "a list", "a date that is no date"])
+def test_a_folder_with_a_damaged_provenance_is_collected_again(repo, damage):
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    (out / "alpha/seed-1337/provenance.json").write_bytes(damage)
+    said = study_collect.collect(repo, out)
+    assert any(line.startswith("alpha seed 1337: wrote") for line in said), said
+    assert json.loads((out / "alpha/seed-1337/provenance.json").read_text())["model"] == "alpha"
+
+
+def test_a_study_folder_this_user_cannot_write_is_one_line(repo, study_cli, monkeypatch):
+    """A read-only --out (simulated: root writes anywhere): one line naming the folder, nothing half-written."""
+    from rnnlm.study import swap
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(swap.Path, "mkdir", refused)
+    done = study_cli(repo, "collect")
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "alpha seed 1337: cannot write" in done.stderr or "cannot write" in done.stderr, done.stderr
+    assert "Permission denied; expected a folder this user may write" in done.stderr

@@ -10,6 +10,7 @@ Out: a `Params` tree. Every unknown key, missing key, wrong type or impossible v
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,9 +143,21 @@ class Params:
 # Checking the whole file.
 
 
+MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A model's name: an identifier (it names folders, files and experiments: `reports/study/<name>/`,
+`.resume/<name>-<key>.pt`, `<name>-seed<seed>`)."""
+
+RESERVED_NAMES = frozenset({"quick"})
+"""Names the study keeps for itself (`reports/study/quick/` holds the quick runs)."""
+
+
 def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
     if not isinstance(raw, Mapping) or not raw:
         raise ParamsError(f"{path}: expected a non-empty mapping of model names, got {describe_value(raw)}")
+    for name in raw:
+        if not isinstance(name, str) or not MODEL_NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise ParamsError(f"{path}.{name}: not a model name; expected letters, digits and underscores (not "
+                              f"starting with a digit), and none of {', '.join(sorted(RESERVED_NAMES))}")
     models = {str(name): build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()}
     for name, model in models.items():
         if model.cell == WINDOW_MLP and model.window < 1:

@@ -201,11 +201,17 @@ def build(cls: type, raw: Any, path: str) -> Any:
     return cls(**values)
 
 
+def parse_yaml(text: str) -> Any:
+    """YAML text parsed as params.yaml is (YAML 1.2 numbers, a key named twice refused): a
+    `yaml.YAMLError` (a `DuplicateKey` for the latter) when it is not."""
+    return yaml.load(text, Loader=_Yaml12Loader)
+
+
 def read_yaml(path: str | Path) -> Any:
     """params.yaml at `path`, parsed as YAML 1.2 (as DVC reads it), unchecked."""
     path = Path(path)
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Loader)
+        return parse_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
         raise ParamsError(f"{path}: no such file; expected params.yaml at the repository root") from error
     except DuplicateKey as error:

@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 
 from rnnlm.params import load_params
-from rnnlm.study.collect import archive_paths, collect
+from rnnlm.study.collect import CollectFailed, archive_paths, collect
 from rnnlm.study.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.status import status_lines
@@ -201,7 +201,12 @@ def main(argv: list[str] | None = None) -> None:
         for line in resume_files(resume_folder(args.dir), args.prune_older_than):
             print(line)
     elif args.command == "collect":
-        for line in collect(args.repo, args.out, archive_paths(args.archives)):
+        try:
+            said = collect(args.repo, args.out, archive_paths(args.archives))
+        except CollectFailed as failed:  # the runs that passed are collected; each that failed is one line
+            print("\n".join(failed.said), flush=True)
+            raise
+        for line in said:
             print(line)
     else:
         runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)

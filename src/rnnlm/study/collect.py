@@ -11,11 +11,9 @@ folder per seed, so one seed's run never replaces another's; others (quick runs)
 `reports/study/quick/<model>/`, the newest whatever its seed, so a quick run never replaces a full
 one. A folder is replaced only by a newer run than the one it holds.
 
-A folder is written whole as `.<name>.partial` (its provenance.json last), then swapped in: the
-old folder renamed to `.<name>.old`, the new one to `<name>`, the old one removed. A kill between
-the two renames leaves `<name>` missing; the next `collect` mends that first (`mend`: the old folder
-goes back, then the new one is written again) and removes every `.partial`/`.old` leftover, and
-`report` refuses to run while one is there.
+A folder is written whole, checked by the report's own checks, and only then swapped in
+(`rnnlm.study.swap`): a run that fails leaves the folder as it was, is named in one line with its file
+and problem, and makes `collect` exit non-zero, while the runs that pass are still collected.
 
 `--archives` also takes in runs trained where there is no DVC (a lent GPU machine):
 `benchmarks/gpu_check.py --study` packs each as `<model>-seed-<seed>.tar.gz` holding the same files
@@ -42,9 +40,10 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from rnnlm.errors import NO_SPACE, no_space
 from rnnlm.study.experiments import FOLDER, REQUIRED, CollectError, Run, find_runs, git_show, newest, seed_folder_name
+from rnnlm.study.folders import StudyFolderError, load_run
 from rnnlm.study.registration import Registration, code_record, current_registration, registrations
+from rnnlm.study.swap import leftovers, mend, write_folder
 
 COLLECTED_BY = "python -m rnnlm.study collect"
 
@@ -75,11 +74,32 @@ def _machines(train: dict) -> dict[str, object]:
     return {"machines": train["machines"]} if train.get("machines") else {}
 
 
+class CollectFailed(CollectError):
+    """Some runs could not be collected (each named in one line); the others were."""
+
+    def __init__(self, said: list[str], failures: list[str]):
+        super().__init__("\nerror: ".join(failures))
+        self.said, self.failures = said, failures
+
+
+def _date(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
 
 
 def _held(folder: Path) -> dict | None:
+    """The provenance the folder holds, or None when it has none or a damaged one (not JSON, not a
+    mapping, or a date that does not parse): such a folder is replaced like an empty one."""
     path = folder / "provenance.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        held = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(held, dict) or ("date" in held and _date(held["date"]) is None):
+        return None
+    return held
 
 
 def _complete(folder: Path, held: dict) -> bool:
@@ -103,57 +123,16 @@ def _one_at_a_time(repo: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _partial(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}.partial")
-
-
-def _old(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}.old")
-
-
-def leftovers(out: Path) -> list[Path]:
-    """The `.partial`/`.old` folders an interrupted `collect` left under `out`."""
-    return sorted(p for pattern in (".*.partial", ".*.old") for p in out.rglob(pattern) if p.is_dir())
-
-
-def mend(out: Path) -> list[str]:
-    """Undo what an interrupted `collect` left under `out`: a folder whose swap stopped half-way gets
-    its old contents back; every `.partial`/`.old` leftover is removed. Returns what was done."""
-    said = []
-    for leftover in leftovers(out):
-        name = leftover.name[1:].rsplit(".", 1)[0]
-        folder = leftover.with_name(name)
-        if leftover.name.endswith(".old") and not folder.exists():
-            leftover.rename(folder)
-            said.append(f"{folder}: put back the run an interrupted collect had moved aside")
-        else:
-            shutil.rmtree(leftover)
-            said.append(f"{leftover}: removed (left by an interrupted collect)")
-    return said
-
-
-def write_folder(files: dict[str, str], provenance_record: dict[str, object], folder: Path) -> None:
-    """`files` (study folder name -> text) and the provenance, written whole into `.<name>.partial`
-    (provenance.json last), then swapped in (see the module docstring)."""
-    partial, old = _partial(folder), _old(folder)
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    try:
-        for name, text in files.items():
-            (partial / name).write_text(text, encoding="utf-8")
-        record = {**provenance_record, "files": sorted(files)}
-        (partial / "provenance.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    except BaseException as error:
-        shutil.rmtree(partial, ignore_errors=True)
-        if isinstance(error, OSError) and error.errno in NO_SPACE:
-            raise no_space(error, folder) from error
-        raise
-    if folder.exists():
-        folder.rename(old)
-        partial.rename(folder)
-        shutil.rmtree(old)
-    else:
-        partial.rename(folder)
+def _checked(label: str, model: str, seed: int, quick: bool) -> Callable[[Path], None]:
+    """The check a run's folder must pass before it replaces anything: the report's own
+    (`rnnlm.study.folders.load_run`), as a one-line CollectError naming the run, file and problem."""
+    def check(partial: Path) -> None:
+        try:
+            load_run(partial, model, None if quick else seed, quick)
+        except StudyFolderError as error:
+            why = str(error).replace(str(partial) + "/", "").split("; expected")[0]
+            raise CollectError(f"{label}: not collected, its {why}; the study folder keeps what it held") from None
+    return check
 
 
 def run_files(repo: Path, run: Run) -> dict[str, str]:
@@ -172,7 +151,7 @@ def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool]
             return f"{label}: up to date ({source})"
         write()
         return f"{label}: rewrote {folder}, which lacked some of its files, from {source}"
-    if held is not None and "date" in held and datetime.fromisoformat(held["date"]) > datetime.fromisoformat(date):
+    if held is not None and "date" in held and _date(held["date"]) > datetime.fromisoformat(date):
         return f"{label}: kept the newer run already in {folder} (found {source}, of {date})"
     write()
     return f"{label}: wrote {folder} from {source}"
@@ -190,6 +169,9 @@ def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
 
     try:
         with tarfile.open(path, "r:gz") as tar:
+            odd = [m.name for m in tar.getmembers() if not (m.isfile() or m.isdir())]
+            if odd:
+                raise refuse(f"holds {odd[0]}, a link or special file, where only plain files belong")
             members = [m for m in tar.getmembers() if m.isfile()]
             folders = {str(PurePosixPath(m.name).parent) for m in members}
             if len(folders) != 1 or any(PurePosixPath(m.name).is_absolute() or ".." in PurePosixPath(m.name).parts
@@ -210,7 +192,14 @@ def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
         record = json.loads(texts.pop("provenance.json"))
     except (yaml.YAMLError, ValueError) as error:
         raise refuse(f"a file does not parse ({type(error).__name__})") from None
-    model, seed = params.get("model"), params.get("seed")
+    for name, value in (("params.yaml", params), ("train_metrics.json", train), ("provenance.json", record)):
+        if not isinstance(value, dict):
+            raise refuse(f"its {name} holds {type(value).__name__}, not a mapping of fields")
+    model, seed, scale = params.get("model"), params.get("seed"), (params.get("train") or {}).get("steps_scale", 1.0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not isinstance(scale, (int, float)) or \
+            isinstance(scale, bool) or _date(record.get("date")) is None:
+        raise refuse(f"its params' seed {seed!r} or train.steps_scale {scale!r}, or its provenance's date "
+                     f"{record.get('date')!r}, is not a run's (a whole seed, a number, an ISO 8601 date)")
     if folder != f"{model}/{seed_folder_name(seed)}" or train.get("model") != model or record.get("model") != model:
         raise refuse(f"its folder {folder}, params (model {model}, seed {seed}), training metrics and provenance "
                      "do not name one run")
@@ -244,9 +233,10 @@ def collect_archive(path: Path, out: Path, repo: Path = Path("."), registration:
               "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives",
               **code_record(repo, registration, run.seed, run.baseline)}
     folder = run.folder(out)
+    check = _checked(f"{_label(run)} (archive {path.name})", run.model, run.seed, not run.full)
     return _replace(folder, _label(run), f"archive {path.name}",
                     lambda held: held.get("archive_sha256") == digest and held.get("registration") ==
-                    merged.get("registration"), run.date, lambda: write_folder(files, merged, folder))
+                    merged.get("registration"), run.date, lambda: write_folder(files, merged, folder, check))
 
 
 def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives: list[str | Path] = ()) -> list[str]:
@@ -265,6 +255,7 @@ def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives:
 def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     said = mend(out) if out.is_dir() else []
     refused: list[str] = []
+    failures: list[str] = []
     runs = find_runs(repo, refused)
     said += refused
     registration = current_registration(out) if registrations(out) else None
@@ -272,15 +263,25 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
                                                                             item[0][1] or 0)):
         folder = run.folder(out)
         record = provenance(repo, run, registration)
-        said.append(_replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}",
-                             lambda held, rev=run.rev, record=record: held.get("rev") == rev and
-                             held.get("registration") == record.get("registration"), run.date,
-                             lambda run=run, folder=folder, record=record: write_folder(run_files(repo, run), record,
-                                                                                        folder)))
+        check = _checked(_label(run), run.model, run.seed, not run.full)
+        try:
+            said.append(_replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}",
+                                 lambda held, rev=run.rev, record=record: held.get("rev") == rev and
+                                 held.get("registration") == record.get("registration"), run.date,
+                                 lambda run=run, folder=folder, record=record, check=check:
+                                 write_folder(run_files(repo, run), record, folder, check)))
+        except CollectError as error:
+            failures.append(str(error))
     for path in archives:
-        said.append(collect_archive(Path(path), out, repo, registration))
-    return said + [line for line in tokenizer_notes(out) if any(line.startswith(f"{s.split(':')[0]}:")
-                                                               for s in said if ": wrote" in s)]
+        try:
+            said.append(collect_archive(Path(path), out, repo, registration))
+        except CollectError as error:
+            failures.append(str(error))
+    said += [line for line in tokenizer_notes(out) if any(line.startswith(f"{s.split(':')[0]}:")
+                                                         for s in said if ": wrote" in s)]
+    if failures:
+        raise CollectFailed(said, failures)
+    return said
 
 
 def tokenizer_notes(out: Path) -> list[str]:

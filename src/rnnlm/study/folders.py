@@ -15,15 +15,17 @@ import csv
 import json
 import math
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rnnlm.errors import ParamsError, RnnlmError
+from rnnlm.params_base import parse_yaml
 from rnnlm.evaluation.blocks import BlockTable, read_blocks
-from rnnlm.params import model_entry
-from rnnlm.study.collect import leftovers
+from rnnlm.params import model_entry, parse_params
+from rnnlm.study.swap import leftovers
 from rnnlm.study.experiments import QUICK, seed_folder_name
 
 
@@ -126,23 +128,27 @@ def _epoch_rows(text: str) -> list[dict[str, float]]:
 
 
 def _check(run: StudyRun) -> None:
-    """Every file of the run's folder tells of the same run; else a StudyFolderError naming the file."""
+    """Every file of the run's folder tells of the same run, and every figure is one a run can have;
+    else a StudyFolderError naming the file."""
     def bad(name: str, what: str) -> StudyFolderError:
         return StudyFolderError(f"{run.folder / name}: {what}; expected the files of one run (collect it again)")
 
+    try:
+        parse_params(run.params)  # a run's params are params.yaml's, checked as strictly
+    except ParamsError as error:
+        raise bad("params.yaml", str(error)) from None
     if run.params.get("model") != run.model or run.model not in (run.params.get("models") or {}):
         raise bad("params.yaml", f"selects model {run.params.get('model')!r}, not the folder's {run.model!r}")
-    entry = run.params["models"][run.model]
-    missing = [key for key in ("tokens", "cell", "embd", "hidden", "layers") if not isinstance(entry, dict)
-               or key not in entry]
-    if missing:
-        raise bad("params.yaml", f"has no {', '.join(missing)} in models.{run.model}")
     if not run.quick and run.params.get("seed") != run.seed:
         raise bad("params.yaml", f"has seed {run.params.get('seed')!r}, not the folder's {run.seed}")
     for name, record in (("train_metrics.json", run.train), ("metrics.json", run.metrics),
                          ("provenance.json", run.provenance)):
         if record.get("model") != run.model:
             raise bad(name, f"is of model {record.get('model')!r}, not {run.model!r}")
+    for name, what, expected in _shape_problems(run):
+        raise bad(name, f"has {what}, expected {expected}")
+    if "date" in run.provenance and not _is_date(run.provenance["date"]):
+        raise bad("provenance.json", f"has {run.provenance['date']!r} under date, expected an ISO 8601 date")
     numbers = [row.get("epoch") for row in run.epochs]
     if numbers != [float(e) for e in range(1, len(numbers) + 1)] or len(numbers) != run.train.get("epochs"):
         raise bad("epochs.tsv", f"holds epochs {', '.join(f'{e:g}' for e in numbers)}, but train_metrics.json says "
@@ -155,10 +161,11 @@ def _check(run: StudyRun) -> None:
         for key in keys:
             if not isinstance(record.get(key), (int, float)):
                 raise bad(name, f"has no number under {key!r}")
-    for name, where, value, low, high in _numbers(run):
+    for name, where, value, (low, high, whole) in _numbers(run):
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                and low < value <= high):
-            raise bad(name, f"has {value!r} under {where}, expected a finite number in ({low:g}, {high:g}]")
+                and low < value <= high and (not whole or float(value).is_integer())):
+            raise bad(name, f"has {value!r} under {where}, expected a finite {'whole ' if whole else ''}number in "
+                            f"({low:g}, {high:g}]")
     best = min(row["val_loss"] for row in run.epochs)
     if "best_val_loss" in run.train and run.train["best_val_loss"] != best:
         raise bad("epochs.tsv", f"has its lowest validation loss at {best}, but train_metrics.json says "
@@ -203,40 +210,75 @@ def _shape_does_not_fit(run: StudyRun) -> str | None:
     return None
 
 
-POSITIVE = (0.0, math.inf)
-SHARE = (-1e-12, 1.0)
+BITS = (0.0, 100.0, False)
+"""Bits (or nats) per character or token: positive, and no model of this corpus scores 100."""
+COUNT = (0.0, 1e15, True)
+"""A count (tokens, characters, parameters, steps): a positive whole number."""
+SECONDS = (0.0, 1e8, False)
+SHARE = (-1e-12, 1.0, False)
+
+def _is_date(value: object) -> bool:
+    try:
+        datetime.fromisoformat(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _shape_problems(run: StudyRun):
+    """What is not of the kind the report walks: (file, its value and where, what was expected)."""
+    m = run.metrics
+    for curve in ("reset_curve_bpc", "reset_curve_nats_per_token", "context_curve_bpc", "text", "first_epoch"):
+        if m.get(curve) is not None and not isinstance(m[curve], dict):
+            yield "metrics.json", f"{m[curve]!r} under {curve}", "a mapping"
+    for curve in ("reset_curve_bpc", "reset_curve_nats_per_token", "context_curve_bpc"):
+        for k in m[curve] if isinstance(m.get(curve), dict) else ():
+            if not str(k).isdigit() and not (k == "never" and curve != "context_curve_bpc"):
+                yield "metrics.json", f"the key {k!r} in {curve}", "a whole number of tokens"
+    for mode, stats in (m.get("text") or {}).items() if isinstance(m.get("text"), dict) else ():
+        if not isinstance(stats, dict):
+            yield "metrics.json", f"{stats!r} under text.{mode}", "a mapping of statistics"
+    for name, record in (("train_metrics.json", run.train), ("provenance.json", run.provenance)):
+        machines = record.get("machines")
+        if machines is not None and not (isinstance(machines, list) and all(isinstance(x, dict) for x in machines)):
+            yield name, f"{machines!r} under machines", "a list of machines, each a mapping"
 
 
 def _numbers(run: StudyRun):
     """Every number the report reads from a run folder, with the range it must lie in: (file, where,
-    value, low, high), low exclusive. Losses, bits and times are positive and finite; shares lie in [0, 1]."""
+    value, (low exclusive, high, whole)). Losses and bits are positive and under 100; counts whole
+    and positive; times positive; shares in [0, 1]; a curve's keys are token counts."""
     m = run.metrics
     for key in ("stateful_bpc", "stateless_bpc", "bigram_bpc"):
-        yield "metrics.json", key, m.get(key), *POSITIVE
+        yield "metrics.json", key, m.get(key), BITS
+    for key in ("val_tokens", "val_chars"):
+        if key in m:
+            yield "metrics.json", key, m[key], COUNT
     for curve in ("reset_curve_bpc", "reset_curve_nats_per_token", "context_curve_bpc"):
         for k, v in (m.get(curve) or {}).items():
-            yield "metrics.json", f"{curve}[{k}]", v, *POSITIVE
+            yield "metrics.json", f"{curve}[{k}]", v, BITS
     if m.get("context_horizon") is not None:
-        yield "metrics.json", "context_horizon", m["context_horizon"], *POSITIVE
+        yield "metrics.json", "context_horizon", m["context_horizon"], COUNT
     for key, v in (m.get("first_epoch") or {}).items():
         if key.endswith("_bpc"):
-            yield "metrics.json", f"first_epoch.{key}", v, *POSITIVE
+            yield "metrics.json", f"first_epoch.{key}", v, BITS
     for mode, stats in (m.get("text") or {}).items():
         for key, v in stats.items():
             if key.endswith("_share") and v is not None:  # None: a text too short to have any
-                yield "metrics.json", f"text.{mode}.{key}", v, *SHARE
-    for key in ("parameters", "steps", "seconds", "val_loss", "best_val_loss"):
+                yield "metrics.json", f"text.{mode}.{key}", v, SHARE
+    for key, kind in (("parameters", COUNT), ("steps", COUNT), ("epochs", COUNT), ("seconds", SECONDS),
+                      ("val_loss", BITS), ("best_val_loss", BITS)):
         if key in run.train:
-            yield "train_metrics.json", key, run.train[key], *POSITIVE
+            yield "train_metrics.json", key, run.train[key], kind
     for row in run.epochs:
         for key in ("val_loss", "val_batch_loss", "train_loss"):
             if key in row:
-                yield "epochs.tsv", f"epoch {row['epoch']:g} {key}", row[key], *POSITIVE
+                yield "epochs.tsv", f"epoch {row['epoch']:g} {key}", row[key], BITS
 
 
 def load_run(folder: Path, model: str, seed: int | None, quick: bool) -> StudyRun:
     """The run in `folder`, checked (`seed` None for a quick run: read from its params)."""
-    params = _read(folder / "params.yaml", yaml.safe_load)
+    params = _read(folder / "params.yaml", parse_yaml)
     run = StudyRun(model, int(params.get("seed", 0)) if seed is None else seed, folder, quick, params,
                    _read(folder / "train_metrics.json", json.loads), _read(folder / "metrics.json", json.loads),
                    _read(folder / "provenance.json", json.loads), tuple(_read(folder / "epochs.tsv", _epoch_rows)))

@@ -94,8 +94,8 @@ def test_weights_that_do_not_fit_the_config(saved, tmp_path):
     checkpoint = load_checkpoint(saved[0])
     wrong = Checkpoint(**{**checkpoint.__dict__, "model_config": ModelConfig("gru", 13, 6, 8, 2)})
     save_checkpoint(tmp_path / "wrong.pt", wrong)
-    with pytest.raises(CheckpointError, match="weights do not fit the recorded model config"):
-        load_checkpoint(tmp_path / "wrong.pt").build_model()
+    with pytest.raises(CheckpointError, match="its weights are not of the shapes its model config gives"):
+        load_checkpoint(tmp_path / "wrong.pt")  # refused at load, before anything is built
 
 
 def test_a_checkpoint_from_another_tokenizer_kind(tmp_path, sentencepiece_checkpoint):
@@ -145,12 +145,32 @@ def test_a_checkpoint_whose_tokenizer_was_replaced_is_refused(saved, tmp_path, o
         load_checkpoint(path)
 
 
-def test_an_older_checkpoint_with_a_tokenizer_of_another_size_is_refused(saved, tmp_path, sentencepiece_checkpoint):
-    sentencepiece = torch.load(sentencepiece_checkpoint, weights_only=True)["tokenizer_state"]
-    path = _swap_tokenizer(saved[0], tmp_path / "old.pt", sentencepiece, keep_identity=False)
-    with pytest.raises(CheckpointError, match="its tokenizer has 100 tokens but the model 13; expected the checkpoint"):
-        load_checkpoint(path)
-    assert load_checkpoint(_swap_tokenizer(saved[0], tmp_path / "old-ok.pt", TOKENIZER.state(), keep_identity=False))
+def test_a_checkpoint_that_does_not_record_its_tokenizer_is_refused_not_trusted(saved, tmp_path, in_process):
+    """With the identity deleted, a swapped tokenizer of the same size sampled garbage: nothing in the
+    checkpoint can vouch for the one it embeds, so it is refused, whatever it embeds."""
+    swapped = _swap_tokenizer(saved[0], tmp_path / "swapped.pt", CharTokenizer(list("abcdefghijklz")).state(),
+                              keep_identity=False)
+    done = in_process(["-m", "rnnlm.sample", str(swapped), "--prompt", "a"], tmp_path)
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "does not record which tokenizer the model was trained with" in done.stderr
+    with pytest.raises(CheckpointError, match="does not record which tokenizer"):
+        load_checkpoint(_swap_tokenizer(saved[0], tmp_path / "own.pt", TOKENIZER.state(), keep_identity=False))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw["model_state"].__setitem__(next(iter(raw["model_state"])),
+                                                torch.full_like(next(iter(raw["model_state"].values())), float("nan"))),
+     "its weights hold NaN or infinite values"),
+    (lambda raw: raw["model_config"].update(hidden=-5), "model config hidden -5: expected a positive whole number"),
+    (lambda raw: raw["model_config"].update(hidden=10**12), "its model config cannot be built (Storage size"),
+], ids=["nan weights", "a negative size", "a size of 10**12"])
+def test_a_doctored_checkpoint_is_refused_at_load_in_one_line(saved, tmp_path, in_process, edit, message):
+    raw = torch.load(saved[0], weights_only=True)
+    edit(raw)
+    torch.save(raw, tmp_path / "doctored.pt")
+    done = in_process(["-m", "rnnlm.sample", str(tmp_path / "doctored.pt"), "--prompt", "a"], tmp_path)
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr, done.stderr
 
 
 def test_sample_refuses_a_checkpoint_with_another_tokenizer_in_one_line(saved, tmp_path, in_process):

@@ -4,10 +4,11 @@ A checkpoint holds the weights, the model config, the model's name, the tokenize
 characters or its SentencePiece model, so a checkpoint is all that sampling needs), the params it
 was trained with, the step and epoch, the optimizer state, and the weights after the first epoch
 (what the evaluation compares the final weights with). Never a pickled module.
-Loading checks that the file is an rnnlm checkpoint whose embedded tokenizer is the one recorded
-at training (its identity: kind, size, sha256) and has the model's vocabulary size, and (when
-asked) that it was trained with the given tokenizer and is the given model; each failure is one
-clear `CheckpointError`.
+Loading checks that the file is an rnnlm checkpoint whose weights are finite and of the shapes its
+config gives, whose embedded tokenizer is the one recorded at training (its identity: kind, size,
+sha256; a checkpoint that records none is refused, not trusted) and has the model's vocabulary
+size, and (when asked) that it was trained with the given tokenizer and is the given model; each
+failure is one clear `CheckpointError`.
 """
 
 from __future__ import annotations
@@ -154,12 +155,17 @@ def load_checkpoint(
         raise CheckpointError(
             f"{path}: a checkpoint of model {checkpoint.model_name!r}, expected {model_name!r}"
         )
+    _check_weights(path, checkpoint)
     try:
         recorded = checkpoint.tokenizer().identity
     except RnnlmError as error:
         raise CheckpointError(f"{path}: its tokenizer cannot be rebuilt ({error})") from error
-    trained_with = raw.get("tokenizer_identity")  # absent in checkpoints written before it was recorded
-    if trained_with is not None and recorded != dict(trained_with):
+    trained_with = raw.get("tokenizer_identity")
+    if not isinstance(trained_with, dict):  # every train stage since the identity was recorded writes it
+        raise CheckpointError(f"{path}: it does not record which tokenizer the model was trained with, so the one "
+                              "it embeds cannot be checked; expected a checkpoint the train stage wrote (retrain "
+                              "with `dvc repro`)")
+    if recorded != dict(trained_with):
         raise CheckpointError(f"{path}: its embedded tokenizer ({_describe(recorded)}) is not the one the model was "
                               f"trained with ({_describe(trained_with)}); expected the checkpoint as the train stage "
                               f"wrote it")
@@ -172,6 +178,27 @@ def load_checkpoint(
             f"{path}: trained with tokenizer {_describe(recorded)}, but the tokenizer at hand is {_describe(tokenizer)}"
         )
     return checkpoint
+
+
+def _check_weights(path: Path, checkpoint: Checkpoint) -> None:
+    """The weights are the recorded config's (names and shapes, the model built on PyTorch's meta
+    device, which costs no memory whatever the config says) and finite; else one CheckpointError."""
+    try:
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in model_from_config(checkpoint.model_config).state_dict().items()}
+    except (RnnlmError, ValueError, RuntimeError, TypeError, OverflowError) as error:
+        raise CheckpointError(f"{path}: its model config cannot be built ({str(error).splitlines()[0]})") from None
+    for name, state in (("weights", checkpoint.model_state), ("weights after epoch 1", checkpoint.first_epoch_state)):
+        if state is None:
+            continue
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()) or \
+                {k: tuple(v.shape) for k, v in state.items()} != expected:
+            raise CheckpointError(f"{path}: its {name} are not of the shapes its model config gives; expected the "
+                                  "checkpoint as the train stage wrote it")
+        bad = next((k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+        if bad is not None:
+            raise CheckpointError(f"{path}: its {name} hold NaN or infinite values ({bad}); expected the weights of a "
+                                  "training that ended well")
 
 
 def _describe(identity: dict[str, Any]) -> str:

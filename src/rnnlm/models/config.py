@@ -53,6 +53,13 @@ class ModelConfig:
         names = {f.name for f in fields}
         if not isinstance(raw, dict) or not required <= set(raw) <= names:
             raise RnnlmError(f"model config {raw!r}: expected the keys {sorted(names)}")
+        for key in ("vocab_size", "embd", "hidden", "layers", "window"):
+            value = raw.get(key, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "window" else 1):
+                raise RnnlmError(f"model config {key} {value!r}: expected a positive whole number")
+        if not isinstance(raw["cell"], str) or not isinstance(raw.get("dropout", 0.0), (int, float)) \
+                or not 0 <= raw.get("dropout", 0.0) < 1:
+            raise RnnlmError(f"model config {raw!r}: expected a cell name and a dropout in [0, 1)")
         return cls(**raw)  # type: ignore[arg-type]
 
 

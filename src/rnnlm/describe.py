@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import torch
+
 from rnnlm.data.corpus import read_vocabulary
+from rnnlm.errors import ParamsError, UsageError
 from rnnlm.command_line import run_main
 from rnnlm.models.kinds import build_model, summary
 from rnnlm.params import ModelParams, load_params, select_model
@@ -32,8 +35,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params = load_params(args.params)
     entry = select_model(params, args.name)
-    vocab_size, source = _vocab_size(entry, params.tokenizer.vocab_size, Path(args.prepared))
-    print(summary(build_model(entry, vocab_size), args.name))
+    prepared = Path(args.prepared)
+    if prepared.exists() and not prepared.is_dir():
+        raise UsageError(f"--prepared {prepared}: not a folder; expected the prepare stage's output (data/prepared)")
+    vocab_size, source = _vocab_size(entry, params.tokenizer.vocab_size, prepared)
+    try:
+        with torch.device("meta"):  # shapes and counts only: no memory, whatever the sizes say
+            model = build_model(entry, vocab_size)
+    except (RuntimeError, OverflowError) as error:
+        raise ParamsError(f"models.{args.name}: a model of these sizes cannot be built ({str(error).splitlines()[0]}); "
+                          "expected sizes whose weights can be counted") from None
+    print(summary(model, args.name))
     print(f"vocabulary size from: {source}")
 
 

@@ -22,10 +22,11 @@ class DeviceError(RnnlmError):
     """The requested device is not there."""
 
 
-def resolve_device(setting: str) -> torch.device:
-    """`auto`: CUDA if a GPU is present, else the CPU; `cuda` without a GPU is an error."""
+def resolve_device(setting: str, named: str = "train.device") -> torch.device:
+    """`auto`: CUDA if a GPU is present, else the CPU; `cuda` without a GPU is an error naming where
+    the setting came from (`named`: the params key, or a command's option)."""
     if setting == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("train.device is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'")
+        raise DeviceError(f"{named} is 'cuda' but no CUDA GPU is available; use 'auto' or 'cpu'")
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(setting)

@@ -214,6 +214,9 @@ def read_yaml(path: str | Path) -> Any:
         return parse_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
         raise ParamsError(f"{path}: no such file; expected params.yaml at the repository root") from error
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        raise ParamsError(f"{path}: cannot be read ({why}); expected params.yaml, a YAML file") from error
     except DuplicateKey as error:
         raise ParamsError(f"{path}: {error}") from error
     except yaml.YAMLError as error:

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         raise RnnlmError(f"--seed {args.seed}: expected {SEED_EXPECTED}")
     prompt = read_prompt(args)
     decoding = Decoding(args.strategy, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, named="--device")
     checkpoint = load_checkpoint(args.checkpoint)
     tokenizer = checkpoint.tokenizer()
     model = checkpoint.build_model(device)

@@ -59,7 +59,11 @@ def resume_files(folder: Path, prune_older_than: float | None) -> list[str]:
                                                                if item["step_in_epoch"] else "")
         old = prune_older_than is not None and item.age_s() > prune_older_than * 86400
         if old:
-            item.path.unlink(missing_ok=True)
+            try:
+                item.path.unlink(missing_ok=True)
+            except OSError as error:
+                raise StudyError(f"{item.path}: cannot be removed ({error.strerror}); expected a resume folder this "
+                                 "user may write") from None
         lines.append(f"{item['model']:<14} {item['seed']:>6} {reached:<22} {_age(item.age_s()):>7}  {item.path.name}"
                      + ("  (removed)" if old else ""))
     return lines
@@ -183,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             run(models, seeds, args.steps_scale, args.wait, jobs=args.jobs)
     elif args.command == "status":
+        if args.study.exists() and not args.study.is_dir():
+            raise StudyError(f"--study {args.study}: not a folder; expected the study's folder (reports/study)")
         models, seeds = _which(args, STATUS_RUNS, f"status lists ({STATUS_RUNS:,})")
         for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale,
                                  resume_dir=resume_folder(args.resume_dir)):

@@ -95,6 +95,9 @@ HEADER_FIELDS = {"model": str, "seed": int, "key": str, "epoch": int, "epochs": 
                  "bytes": int}
 """What every header holds, and of what type."""
 
+OPTIONAL_FIELDS = {"steps_scale": (int, float), "step_in_epoch": int, "device": str, "gemm": str, "processor": str}
+"""What a header may hold besides (files of older code lack some), and of what type."""
+
 
 HEADER_LIMIT = 1 << 16
 """The longest header line read (bytes): a longer one is no header of ours, for listing and resuming alike."""
@@ -117,6 +120,9 @@ def _header(path: Path, line: bytes) -> dict[str, Any]:
     for name, kind in HEADER_FIELDS.items():
         if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
             raise ResumeFileError(f"{path}: its header has no {kind.__name__} under {name!r}")
+    for name, kinds in OPTIONAL_FIELDS.items():
+        if name in fields and (not isinstance(fields[name], kinds) or isinstance(fields[name], bool)):
+            raise ResumeFileError(f"{path}: its header's {name} {fields[name]!r} is not of the kind a run writes")
     try:
         written = datetime.fromisoformat(fields["written"])
     except ValueError:

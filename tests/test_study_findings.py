@@ -398,3 +398,28 @@ def test_claim_7_sets_each_carried_model_against_its_reset_twin(carried, verdict
     assert "Its context horizon is 8 tokens (reset: 8)" in finding.judged.insight
     alone = claim(7, frame_of({"astra_alpha": {"stateful_bpc": seeds(2.40, 0.005)}}))
     assert alone.verdict == NOT_MEASURED and "No model trained with the state carried" in alone.judged.insight
+
+
+def test_the_sentences_read_their_numbers_from_the_tables_objects():
+    """Claim 3's reading ratios, claim 1's range and claim 6's band in one-batch spreads are
+    computed from the same evidence that prints the tables, never written beside them."""
+    from rnnlm.study.claims import reading_ratios
+
+    frame = frame_of({"scribe_alpha": {"gap_bpc": seeds(0.64, 0.01), "characters_per_epoch": [1.18e6] * 5,
+                                       "epochs": [10.0] * 5, "stateless_minus_bigram_bpc": seeds(0.18, 0.01)},
+                      "astra_beta": {"gap_bpc": seeds(1.53, 0.01), "characters_per_epoch": [1.64e6] * 5,
+                                     "epochs": [15.0] * 5, "stateless_minus_bigram_bpc": seeds(0.04, 0.01)}},
+                     tokens={"scribe_alpha": "sentencepiece"})
+    shapes = {"scribe_alpha": SHAPES["beta"], "astra_beta": SHAPES["beta"]}
+    found = judged(frame, shapes=shapes)
+    evidence = Evidence(frame, NO_EPOCHS, shapes)
+    per_epoch, total = reading_ratios(evidence, "scribe_alpha", "astra_beta")
+    assert (round(per_epoch, 2), round(total, 2)) == (0.72, 0.48)
+    assert f"reads {per_epoch:.2f} times astra_beta's training characters per epoch and {total:.2f} times over all" \
+        in found.findings[2].judged.insight
+    estimates = [c.interval.estimate for c in found.findings[0].comparisons]
+    assert f"lands {min(estimates):+.3f} to {max(estimates):+.3f} bits" in found.findings[0].judged.insight
+    frame6, epochs = _curves(0.0)
+    extra = "\n".join(claim(6, frame6, epochs).judged.extra)
+    noise = lc.one_batch_noise(Evidence(frame6, epochs, {"astra_alpha": SHAPES["alpha"]}))
+    assert f"the band of ±0.05 nats is {0.05 / noise.sd:.1f} one-batch spreads" in extra

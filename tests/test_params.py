@@ -161,3 +161,19 @@ def test_a_stage_exits_2_with_one_line(tmp_path, raw_params):
     assert done.returncode == 2
     assert done.stderr == "error: data.train_fraction: expected a number strictly between 0 and 1, got 0.0\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["../evil", "quick", "9lives", "a b"])
+def test_a_model_name_is_an_identifier_the_study_does_not_keep(raw_params, name):
+    """A name becomes folders and files (reports/study/<name>/, .resume/<name>-<key>.pt): `../evil`
+    wrote a resume file outside the resume folder, `quick` collided with the study's quick runs."""
+    raw_params["models"][name] = raw_params["models"]["astra_alpha"]
+    with pytest.raises(ParamsError, match=f"models.{re.escape(name)}: not a model name; expected letters, digits"):
+        parse_params(raw_params)
+
+
+def test_no_resume_file_is_named_by_a_path(tmp_path):
+    from rnnlm.training.resume import ResumeFileError, ResumeStore
+
+    with pytest.raises(ResumeFileError, match="not a model name"):
+        ResumeStore(tmp_path / "inner", "../evil", 1, "fingerprint", "cpu", "mkl")

@@ -42,6 +42,7 @@ import torch
 
 from rnnlm.atomic import atomic_path
 from rnnlm.errors import RnnlmError
+from rnnlm.params import MODEL_NAME
 
 RESUME_ENV = "RNNLM_RESUME_DIR"
 """The environment variable naming the resume folder (a queue worker keeps the environment it was
@@ -259,6 +260,8 @@ class ResumeStore:
 
     def __init__(self, folder: Path | None, name: str, seed: int, fingerprint: str, device: str, gemm: str,
                  processor: str = "", steps_scale: float = 1.0):
+        if not MODEL_NAME.fullmatch(name):  # the name becomes a file name: never a path out of the folder
+            raise ResumeFileError(f"model {name!r}: not a model name; expected letters, digits and underscores")
         key = hashlib.sha256(f"{fingerprint}|{device}".encode()).hexdigest()
         self.path = None if folder is None else Path(folder) / f"{name}-{key[:16]}.pt"
         self.fields = {"model": name, "seed": seed, "key": key, "device": device, "gemm": gemm,

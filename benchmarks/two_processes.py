@@ -154,6 +154,21 @@ def measure_pairs(args) -> list[dict]:
     return rows
 
 
+ROUND_S = 0.05
+"""Seconds one round of the crossover's calls takes: long enough to time, short enough that the 80
+rounds of a table take seconds (a count fixed by multiply-adds took minutes where a call costs its
+overhead, 25 us, not its arithmetic)."""
+
+
+def _calls_for(call, seconds: float, probe: int = 20) -> int:
+    """How many calls of `call` take about `seconds`, from the time of `probe` of them (at least `probe`)."""
+    call()
+    begin = time.perf_counter()
+    for _ in range(probe):
+        call()
+    return max(probe, int(seconds / max((time.perf_counter() - begin) / probe, 1e-9)))
+
+
 def measure_crossover(args) -> list[dict]:
     """One per-step product timed on the calling thread and on the pool, alone (medians of rounds)."""
     compiled = backend.compiled_for(backend.CPU)
@@ -167,7 +182,7 @@ def measure_crossover(args) -> list[dict]:
         for batch in (1, 4, 16, 64):
             weight, x = torch.randn(gates * hidden, hidden), torch.randn(batch, hidden)
             product = compiled.StepProduct(weight, batch, 100)
-            calls = max(20, int(2e8 / (batch * hidden * gates * hidden)))
+            calls = _calls_for(lambda: product(x), ROUND_S)
             timed = {1: [], pool: []}
             for _ in range(5):
                 for threads in timed:

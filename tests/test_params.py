@@ -177,3 +177,26 @@ def test_no_resume_file_is_named_by_a_path(tmp_path):
 
     with pytest.raises(ResumeFileError, match="not a model name"):
         ResumeStore(tmp_path / "inner", "../evil", 1, "fingerprint", "cpu", "mkl")
+
+
+@pytest.mark.parametrize("key, value", [("model", "astra_beta"), ("seed", 4), ("train.steps_scale", 0.01)])
+def test_dvc_exp_run_set_changes_one_line_of_params_yaml(tmp_path, key, value):
+    """`dvc exp run -S KEY=VALUE` rewrites params.yaml through DVC's YAML round trip
+    (`dvc.utils.serialize.modify_yaml`): the file is kept in the style that round trip writes, so the
+    round trip leaves it byte for byte and a set value changes exactly its own line."""
+    from dvc.utils.serialize import modify_yaml
+
+    original = (REPO_ROOT / "params.yaml").read_text()
+    path = tmp_path / "params.yaml"
+    path.write_text(original)
+    with modify_yaml(path):
+        pass
+    assert path.read_text() == original
+    with modify_yaml(path) as data:
+        *parents, last = key.split(".")
+        for name in parents:
+            data = data[name]
+        data[last] = value
+    changed = [(a, b) for a, b in zip(original.splitlines(), path.read_text().splitlines()) if a != b]
+    assert len(original.splitlines()) == len(path.read_text().splitlines()) and len(changed) == 1, changed
+    assert changed[0][1].strip() == f"{last}: {value}"

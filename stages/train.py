@@ -1,7 +1,8 @@
 """DVC stage `train`: train the model that params.yaml's `model:` selects.
 
 Usage: python stages/train.py PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR TIMING_JSON
-Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv; TIMING_JSON, where
+Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv (also while it trains,
+after every save, marked "finished": false until the end); TIMING_JSON, where
 this run's time went (`rnnlm.timing`: training, of which the per-epoch validation). RESUME_DIR keeps
 the run's last saved state (an epoch's end, or a block inside one) until every output is written (not
 tracked by git or DVC): $RNNLM_RESUME_DIR when set, else RESUME_DIR in the main repository, also for a
@@ -20,7 +21,7 @@ from rnnlm.params import load_params, training_settings
 from rnnlm.data.tokenizers import load_tokenizer
 from rnnlm.training.resume import resume_folder
 from rnnlm.training.train import train
-from rnnlm.reporting.training_report import write_training_report
+from rnnlm.reporting.training_report import clear_signal, signal_step, write_training_report
 from rnnlm.timing import StageClock
 
 
@@ -35,12 +36,18 @@ def main() -> None:
     val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), params.train.steps_scale)  # part of it: a quick run
     request = f"training {name} (train.batch_size {params.train.batch_size}, train.seq_len {params.train.seq_len})"
     device = device_for(training_settings(params, name))
+
+    def live(progress) -> None:  # the figures so far, for `dvc exp show` and `study status` while it trains
+        write_training_report(report_dir, name, progress)
+        signal_step(len(progress.history.epochs))
+
     with fits_in_memory(request, device):
         with clock.part("training, per-epoch validation included"):
             result = train(params, name, tokenizer, train_text, val_text, resume_dir=resume_folder(resume_dir),
-                           clock=clock, device=device)
+                           clock=clock, device=device, on_progress=lambda progress: live(progress))
     save_checkpoint(checkpoint, result.checkpoint)
-    write_training_report(report_dir, name, result)
+    write_training_report(report_dir, name, result)  # the finished run's: no "finished": false
+    clear_signal()
     clock.write(timing)
     result.resume.clear()  # only now: a failure above reruns from the saved state, not from epoch 1
     print(f"wrote {checkpoint}: {name}, {result.parameters:,} parameters, {result.seconds:.0f}s on {result.device}")

@@ -339,6 +339,13 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
             return False
 
         _wait(epoch_two_saved, "epoch 2 of the queued run", 600)  # beside the Slurm test on 2 cores: slow
+        # While it trains, `dvc exp show` lists the queued run with its figures so far (the live report).
+        shown = subprocess.run(["dvc", "exp", "show", "--json"], cwd=root, env=_env(), capture_output=True, text=True)
+        live = [rev["data"]["metrics"]["reports/train/metrics.json"]["data"] for record in json.loads(shown.stdout)
+                for exp in (record.get("experiments") or []) for rev in exp["revs"]
+                if "reports/train/metrics.json" in ((rev.get("data") or {}).get("metrics") or {})]
+        assert any(m.get("finished") is False and m.get("epochs", 0) >= 1 and m.get("val_loss") for m in live), \
+            shown.stdout
         # The stage's python, and the shell DVC may start it through (one process or two, by the $SHELL)
         trainers = [p for p in psutil.process_iter(["cmdline", "cwd"]) if "stages/train.py" in " ".join(
             p.info["cmdline"] or []) and str(root / ".dvc/tmp/exps") in (p.info["cwd"] or "")]
@@ -376,7 +383,8 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
 
 def test_each_stage_records_where_its_time_went(pipeline):
     """reports/timing/<stage>.json: wall and CPU seconds of the stage and of each of its parts."""
-    parts = {"train": {"training, per-epoch validation included", "per-epoch validation", "resume file"},
+    parts = {"train": {"training, per-epoch validation included", "per-epoch validation", "resume file",
+                       "live report"},
              "generate": {"sampling"},
              "evaluate": {"stateful pass", "reset curve", "context curve", "n-gram floor", "text statistics",
                           "first epoch"}}
@@ -384,7 +392,7 @@ def test_each_stage_records_where_its_time_went(pipeline):
         timing = json.loads((pipeline / f"reports/timing/{stage}.json").read_text())
         assert timing["stage"] == stage and set(timing["parts"]) == names, timing
         assert timing["wall_s"] > 0 and timing["cpu_s"] > 0 and timing["threads"] >= 1
-        inside_training = ("per-epoch validation", "resume file")  # parts of the training part
+        inside_training = ("per-epoch validation", "resume file", "live report")  # parts of the training part
         assert sum(p["wall_s"] for n, p in timing["parts"].items() if n not in inside_training) <= timing["wall_s"]
     train = json.loads((pipeline / "reports/timing/train.json").read_text())["parts"]
     assert 0 < train["per-epoch validation"]["wall_s"] < train["training, per-epoch validation included"]["wall_s"]

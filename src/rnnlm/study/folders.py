@@ -145,6 +145,9 @@ def _check(run: StudyRun) -> None:
                          ("provenance.json", run.provenance)):
         if record.get("model") != run.model:
             raise bad(name, f"is of model {record.get('model')!r}, not {run.model!r}")
+    if run.train.get("finished") is False:  # the live report of a training cut off before its end
+        raise bad("train_metrics.json", f"marks a training that stopped after epoch {run.train.get('epochs')} of "
+                                        f"{run.train.get('epochs_planned')}")
     for name, what, expected in _shape_problems(run):
         raise bad(name, f"has {what}, expected {expected}")
     if "date" in run.provenance and not _is_date(run.provenance["date"]):

@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict, training_settings
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.timing import StageClock, part_of
+from rnnlm.training.progress import EpochProgress, History, Progress
 from rnnlm.training.resume import ResumeStore, check_payload
 from rnnlm.training.step import EagerStep, GraphStep, LossLog, NonFiniteLoss, make_optimizer, make_training_step
 
@@ -114,14 +115,6 @@ class StreamSampler:
         return chunk[..., :-1], chunk[..., 1:]
 
 
-@dataclass
-class History:
-    """What a run measured: one row per optimizer step, one per epoch."""
-
-    steps: list[dict[str, float]] = field(default_factory=list)
-    epochs: list[dict[str, float]] = field(default_factory=list)
-
-
 def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: Tensor, val_ids: Tensor) -> str:
     """A hash of everything that determines the run, so a resume file from another run is ignored."""
     digest = hashlib.sha256()
@@ -131,15 +124,6 @@ def run_fingerprint(params: Params, name: str, tokenizer: Tokenizer, train_ids: 
     digest.update(train_ids.numpy().tobytes())
     digest.update(val_ids.numpy().tobytes())
     return digest.hexdigest()
-
-
-@dataclass
-class EpochProgress:
-    """How far the epoch in progress got: its completed steps, their losses, its seconds so far."""
-
-    steps: int = 0
-    losses: list[float] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 @dataclass
@@ -260,12 +244,15 @@ def train(
     save_every_s: float = SAVE_EVERY_S,
     clock: StageClock | None = None,
     device: torch.device | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> TrainResult:
     """Train the entry `name` of `params.models`; see the module docstring for the recipe and for
     when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch). The file is
     left in place: the caller removes it (`result.resume.clear()`) once it has written every output,
     so a failure while writing them loses no training. `clock`: times the per-epoch validation.
-    `device`: the one `rnnlm.device.device_for` gave for these settings (None: asked here)."""
+    `device`: the one `rnnlm.device.device_for` gave for these settings (None: asked here).
+    `on_progress`: called with the run's `Progress` after each save of its resume file (each epoch's
+    end and the saves inside an epoch), for a report of the run while it trains."""
     entry, settings = params.models[name], training_settings(params, name)
     carried = settings.state == "carried"
     if carried and entry.cell == WINDOW_MLP:
@@ -345,6 +332,9 @@ def train(
                 progress_now = EpochProgress(first + size, losses, time.perf_counter() - epoch_start)
                 store.save(run.snapshot(epoch - 1, history, seconds, progress_now), entry.epochs)
                 last_save = time.perf_counter()
+                if on_progress is not None:
+                    on_progress(Progress(history, seconds, entry.epochs, device.type, gemm, processor,
+                                         count_parameters(model), run.machines, settings.state))
         bar.close()
         scheduler.step()
         with part_of(clock, "per-epoch validation"):
@@ -367,6 +357,10 @@ def train(
         # After the save: a line in the log means the epoch is done and kept.
         print(f"{name} epoch {epoch:02d}/{entry.epochs} | train {statistics.fmean(losses):.4f} | "
               f"val {val.mean:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s", flush=True)
+        if on_progress is not None:
+            with part_of(clock, "live report"):
+                on_progress(Progress(history, seconds, entry.epochs, device.type, gemm, processor,
+                                     count_parameters(model), run.machines, settings.state))
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 

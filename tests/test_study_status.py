@@ -72,3 +72,43 @@ def test_the_queues_worker_count_is_read_from_dvc(monkeypatch, tmp_path):
     monkeypatch.setattr(study_status.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=table, stderr=""))
     assert study_status._local_queue(tmp_path) == ({"astra_beta-seed3": "running", "astra_beta-seed4": "queued"}, 0)
+
+
+def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, monkeypatch):
+    """A tiny run trains in a queued experiment's workspace (.dvc/tmp/exps/<tmp>/) and is held after
+    its first epoch, its live report written: `status` prints the epoch it reached of its total, its
+    validation loss, the time an epoch takes and what is left; once it finishes, the line goes."""
+    import threading
+
+    import yaml
+
+    from rnnlm.reporting.training_report import write_training_report
+    from tests.test_train import _train, tiny_params
+
+    workspace = repo / ".dvc/tmp/exps/tmpabc"
+    workspace.mkdir(parents=True)
+    params = tiny_params(raw_params)
+    raw_params["seed"] = 1
+    (workspace / "params.yaml").write_text(yaml.safe_dump({**raw_params, "model": "astra_alpha"}))
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: ({"astra_alpha-seed1": "running"}, 1))
+    checked, written = threading.Event(), threading.Event()
+
+    def live(progress):
+        write_training_report(workspace / "reports/train", "astra_alpha", progress)
+        if len(progress.history.epochs) == 1:
+            written.set()
+            checked.wait(60)
+
+    runner = threading.Thread(target=lambda: _train(params, on_progress=live))
+    runner.start()
+    try:
+        assert written.wait(120)
+        line = study_status.status_lines(repo, repo / "reports/study", ["astra_alpha"], [1], 1.0)[1]
+        val = yaml.safe_load((workspace / "reports/train/metrics.json").read_text())["val_loss"]
+        assert f"running (DVC queue); live: epoch 1/3, validation loss {val:.4f} (best {val:.4f})" in line, line
+        assert " s an epoch, about " in line and line.endswith(" min to go")
+    finally:
+        checked.set()
+        runner.join()
+    (workspace / "reports/train/metrics.json").write_text('{"model": "astra_alpha", "epochs": 3}')  # finished
+    assert "live:" not in study_status.status_lines(repo, repo / "reports/study", ["astra_alpha"], [1], 1.0)[1]

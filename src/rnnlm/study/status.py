@@ -8,15 +8,22 @@ Out: one line per (model, seed): collected; finished, not collected (an experime
      or a Slurm task); cut off (listed running in DVC's queue with no worker alive: the session that
      ran it ended); interrupted (a resume file, nothing queued); missing. A run with a resume file
      says the epoch it reached, the processor that last trained it and the file; the lines end with
-     the commands that continue the runs cut off.
+     the commands that continue the runs cut off. A run training now (in DVC's queue or the
+workspace) also shows its live figures, read from the training report it rewrites after every save:
+the epoch reached of its total, the last and best validation loss, the time an epoch takes, and
+about when it will end.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from rnnlm.study.experiments import find_runs, seed_folder_name
 from rnnlm.study.queue import StudyError, experiment_name
@@ -35,6 +42,33 @@ def _local_queue(repo: Path) -> tuple[dict[str, str], int | None]:
     workers = next((line for line in lines if line.startswith("Worker status:")), "")
     active = re.search(r"(\d+) active", workers)
     return {words[1]: words[-1].lower() for words in rows if len(words) >= 3}, int(active[1]) if active else None
+
+
+def _live(repo: Path) -> dict[tuple[str, int, float], str]:
+    """(model, seed, steps scale) -> the live line of each run training now: the train stage's report
+    marked unfinished, in DVC's temporary workspaces of queued experiments or in this one."""
+    found = {}
+    for report in [repo / "reports/train", *sorted((repo / ".dvc/tmp/exps").glob("*/reports/train"))]:
+        try:
+            metrics = json.loads((report / "metrics.json").read_text(encoding="utf-8"))
+            params = yaml.safe_load((report.parent.parent / "params.yaml").read_text(encoding="utf-8"))
+            epochs = list(csv.DictReader((report / "epochs.tsv").read_text(encoding="utf-8").splitlines(),
+                                         delimiter="\t")) if (report / "epochs.tsv").is_file() else []
+            key = (params["model"], int(params["seed"]), float((params.get("train") or {}).get("steps_scale", 1.0)))
+            done, planned = int(metrics.get("epochs", 0)), int(metrics["epochs_planned"])
+        except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+            continue
+        if metrics.get("finished") is not False:
+            continue
+        if not epochs:
+            found[key] = f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
+            continue
+        per_epoch = sum(float(row["seconds"]) for row in epochs) / len(epochs)
+        left = (planned - done) * per_epoch
+        found[key] = (f"live: epoch {done}/{planned}, validation loss {metrics['val_loss']:.4f} (best "
+                      f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
+                      f"{left / 60:.0f} min to go")
+    return found
 
 
 def _pushed(repo: Path, remote: str) -> set[str]:
@@ -77,6 +111,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
     (queue, workers), slurm, pushed = _local_queue(repo), slurm_states(repo), _pushed(repo, remote)
     saved = _resume_files(resume_dir, steps_scale)
+    live = _live(repo)
     width = max([len("model"), *map(len, models)])
     lines, dead, to_continue = [f"{'model':<{width}} {'seed':>6}  state"], [], []
     for model in models:
@@ -103,7 +138,9 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 to_continue.append((model, seed))
             else:
                 state = "missing"
-            if header is not None and state not in ("collected",) and not state.startswith("finished"):
+            if (model, seed, steps_scale) in live and state != "collected" and not state.startswith("finished"):
+                state += f"; {live[model, seed, steps_scale]}"
+            elif header is not None and state not in ("collected",) and not state.startswith("finished"):
                 state += f"; reached {_progress(header)}"
             lines.append(f"{model:<{width}} {seed:>6}  {state}")
     if to_continue:

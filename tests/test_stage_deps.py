@@ -183,3 +183,10 @@ def test_the_data_stages_run_no_model_code_and_no_pytorch():
 
     assert not any(imports_torch(f"{name}.py") for name in ("download", "prepare", "tokenizer"))
     assert imports_torch("train.py")  # the check can fail
+
+def test_the_suite_imports_the_library_of_its_own_checkout():
+    """pytest's `pythonpath` puts this checkout's src/ first: with an editable install of another clone
+    in the environment, the tests would otherwise test that clone's code."""
+    import rnnlm
+
+    assert Path(rnnlm.__file__).resolve().is_relative_to((REPO_ROOT / "src").resolve()), rnnlm.__file__

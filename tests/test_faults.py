@@ -124,10 +124,14 @@ def test_a_full_disk_ends_every_stage_in_one_line_and_changes_nothing(pipeline, 
                   f"command again\n"
     assert not _leftovers(root)
     after = _snapshot(root)
-    if stage == "train":  # its resume file is the one thing added: the run is kept, not lost
+    if stage == "train":  # the run is kept, not lost: its resume file, and its report marked unfinished
         (added,) = set(after) - set(before)
         assert added.startswith(".resume/astra_alpha-") and read_header(root / added)["epoch"] == 3
         del after[added]
+        live = json.loads(after.pop("reports/train/metrics.json"))
+        assert (live["finished"], live["epochs"], live["epochs_planned"]) == (False, 3, 3)
+        for name in ("reports/train/steps.tsv", "reports/train/epochs.tsv", "reports/train/metrics.json"):
+            before.pop(name), after.pop(name, None)  # the figures so far (their timings are this run's)
     assert after == before
 
 
@@ -154,13 +158,27 @@ needs_strace = pytest.mark.skipif(not _strace_available(), reason="needs strace 
                                                                   "process at a chosen system call")
 
 
+RENAMES = "rename,renameat,renameat2"
+
+
 def _killed_at_rename(command: list[str], cwd: Path, which: int) -> subprocess.CompletedProcess:
     """Run `command` under strace, killed by SIGKILL when it enters its `which`-th rename (the main
     process's own, not its children's)."""
-    renames = "rename,renameat,renameat2"
-    return subprocess.run(["strace", "-qq", "-o", os.devnull, "-e", f"trace={renames}",
-                           "-e", f"inject={renames}:signal=KILL:when={which}", *command],
+    return subprocess.run(["strace", "-qq", "-o", os.devnull, "-e", f"trace={RENAMES}",
+                           "-e", f"inject={RENAMES}:signal=KILL:when={which}", *command],
                           cwd=cwd, env=_env(), capture_output=True, text=True)
+
+
+def _rename_onto(command: list[str], cwd: Path, onto: str) -> int:
+    """Which of `command`'s renames (counted as `_killed_at_rename` counts them) puts a file at `onto`,
+    from a first run traced in a copy of `cwd`."""
+    trial = cwd.with_name(cwd.name + "-traced")
+    shutil.copytree(cwd, trial)
+    log = trial / "renames.log"
+    subprocess.run(["strace", "-qq", "-o", str(log), "-e", f"trace={RENAMES}", *command], cwd=trial, env=_env(),
+                   capture_output=True, check=True)
+    calls = [line for line in log.read_text().splitlines() if line.split("(")[0] in RENAMES.split(",")]
+    return next(i for i, line in enumerate(calls, start=1) if f'"{onto}")' in line or f'"{onto}", ' in line)
 
 
 @needs_strace
@@ -168,7 +186,8 @@ def test_killed_at_the_checkpoints_rename_the_rerun_finishes_from_the_last_epoch
     root = tmp_path / "copy"
     shutil.copytree(pipeline, root)
     (root / "models/model.pt").unlink()
-    killed = _killed_at_rename(_command("train"), root, which=4)  # three resume saves, then the checkpoint
+    which = _rename_onto(_command("train"), root, "models/model.pt")  # after every epoch's saves and reports
+    killed = _killed_at_rename(_command("train"), root, which=which)
     assert killed.returncode != 0 and "epoch 03/3" in killed.stdout
     assert not (root / "models/model.pt").exists()
     (orphan,) = (root / "models").glob(".model.pt.*.tmp")  # what the killed writer could not remove
@@ -244,7 +263,9 @@ def test_ctrl_c_in_dvc_repro_loses_the_stages_earlier_outputs_and_dvc_checkout_b
     os.killpg(repro.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group: DVC and its stage
     repro.communicate(timeout=120)
     assert repro.returncode != 0
-    assert not (root / "models/model.pt").exists() and not (root / "reports/train/metrics.json").exists()
+    assert not (root / "models/model.pt").exists()
+    live = json.loads((root / "reports/train/metrics.json").read_text())  # the figures so far, marked
+    assert live["finished"] is False and live["epochs"] >= 1 and live["epochs_planned"] == 400
     assert (root / "reports/metrics.json").read_bytes() == kept["reports/metrics.json"]  # later stages: untouched
     params.write_text(original)
     assert subprocess.run(["dvc", "checkout", "train"], cwd=root, env=env, capture_output=True).returncode == 0

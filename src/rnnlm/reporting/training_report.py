@@ -60,14 +60,24 @@ def training_summary(name: str, result: TrainResult | Progress) -> dict[str, obj
 
 
 def write_training_report(out_dir: str | Path, name: str, result: TrainResult | Progress) -> None:
-    """Write metrics.json, steps.tsv and epochs.tsv under `out_dir`, replacing the folder at once
-    (a curve with no row yet is left out)."""
+    """Write metrics.json, steps.tsv and epochs.tsv under `out_dir` (a curve with no row yet is left
+    out). A finished run's replaces the folder at once; a run's so far (`Progress`) rewrites each
+    file through a temporary one and a rename, so that a kill at any moment leaves every file whole
+    and the folder in place."""
+    files = {"metrics.json": json.dumps(training_summary(name, result), indent=2) + "\n"}
+    for file, rows in (("steps.tsv", result.history.steps), ("epochs.tsv", result.history.epochs)):
+        if rows:
+            files[file] = _tsv(rows)
+    if isinstance(result, Progress):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        for file in ("steps.tsv", "epochs.tsv", "metrics.json"):  # the summary last: it says how far the rest got
+            if file in files:
+                write_text_atomic(Path(out_dir) / file, files[file])
+        return
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
-        (tmp / "metrics.json").write_text(json.dumps(training_summary(name, result), indent=2) + "\n")
-        for file, rows in (("steps.tsv", result.history.steps), ("epochs.tsv", result.history.epochs)):
-            if rows:
-                (tmp / file).write_text(_tsv(rows))
+        for file, text in files.items():
+            (tmp / file).write_text(text)
 
 
 SIGNAL = Path(".dvc/tmp/exps/run/DVCLIVE_STEP_COMPLETED")

@@ -208,19 +208,17 @@ def test_adding_a_cell_leaves_the_models_of_other_cells_as_they_are(train_repo):
     assert _changed_stages(train_repo) == set()
 
 
-@pytest.mark.parametrize("bad, message", [("seed: 18446744073709551616", "error: seed: expected"),
-                                          ("seed: -1", "error: seed: expected")], ids=["past 64 bits", "negative"])
-def test_a_rejected_value_stops_repro_before_the_model_stages_lose_their_outputs(train_repo, bad, message):
+def test_a_rejected_value_stops_repro_before_the_model_stages_lose_their_outputs(train_repo):
     """The cell stage reads every param the model stages read and checks the whole file: a value
     that cannot be (what `dvc exp run -S seed=...` writes) stops it, before DVC removes the checkpoint
     and the training reports to run train."""
     params = train_repo / "params.yaml"
     original = params.read_text()
     kept = {path: (train_repo / path).read_bytes() for path in ("models/model.pt", "reports/train/metrics.json")}
-    params.write_text(re.sub(r"(?m)^seed: .*$", bad, original))
+    params.write_text(re.sub(r"(?m)^seed: .*$", "seed: 18446744073709551616", original))  # what -S seed=2**64 writes
     try:
         done = run(["dvc", "repro"], train_repo, check=False)
-        assert done.returncode != 0 and message in done.stdout + done.stderr
+        assert done.returncode != 0 and "error: seed: expected" in done.stdout + done.stderr
         assert "Running stage 'cell'" in done.stdout and "Running stage 'train'" not in done.stdout
         assert {path: (train_repo / path).read_bytes() for path in kept} == kept
     finally:

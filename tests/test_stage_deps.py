@@ -190,3 +190,16 @@ def test_the_suite_imports_the_library_of_its_own_checkout():
     import rnnlm
 
     assert Path(rnnlm.__file__).resolve().is_relative_to((REPO_ROOT / "src").resolve()), rnnlm.__file__
+
+
+def test_the_study_plots_draw_every_model_with_a_study_folder():
+    """dvc.yaml's study plots name each model folder of reports/study/ (its pinned seed's run), so a
+    model added to the study is drawn, not silently left out."""
+    import yaml
+
+    plots = {name: spec for entry in yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["plots"]
+             for name, spec in entry.items() if name.startswith("study_")}
+    models = sorted(p.name for p in (REPO_ROOT / "reports/study").iterdir() if (p / "seed-1337").is_dir())
+    for name, spec in plots.items():
+        drawn = sorted(path.split("/")[2] for path in spec["y"])
+        assert drawn == models, name

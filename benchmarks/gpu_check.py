@@ -57,7 +57,7 @@ import training_speed  # noqa: E402
 from gpu_profile import profile  # noqa: E402
 
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
-from rnnlm.study.experiments import FOLDER  # noqa: E402
+from rnnlm.study.folders import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
 from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
@@ -270,7 +270,7 @@ def pack(work: Path, archive: Path, folder: str, provenance: dict[str, object]) 
     partial = archive.with_name(f".{archive.name}")
     with tarfile.open(partial, "w:gz") as tar:
         for name, path in OUTPUTS.items():
-            if (work / path).exists():  # the optional files (rnnlm.study.collect.OPTIONAL) may be missing
+            if (work / path).exists():  # the optional files (rnnlm.study.campaign.collect.OPTIONAL) may be missing
                 tar.add(work / path, arcname=f"{folder}/{name}")
         for name in ("params.yaml",):
             tar.add(work / name, arcname=f"{folder}/{name}")

@@ -14,8 +14,8 @@ from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.evaluation.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.params import parse_params
-from rnnlm.study import report as study_report
-from rnnlm.study.figure import _reset_curve
+from rnnlm.study.judging import report as study_report
+from rnnlm.study.judging.figure import _reset_curve
 from rnnlm.reporting.generation_markdown import to_markdown
 from rnnlm.inference.generation_run import run_generations
 from tests.conftest import REPO_ROOT, synthetic_play

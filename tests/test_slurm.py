@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnlm.study.slurm import slurm_states
+from rnnlm.study.campaign.slurm import slurm_states
 from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play, tiny_models, why_no_slurm
 
 def _free_port() -> int:
@@ -183,7 +183,7 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
 
 def test_settings_come_from_the_config_file_then_the_command_line(tmp_path):
     from rnnlm.errors import RnnlmError
-    from rnnlm.study.slurm import SlurmSettings, load_settings
+    from rnnlm.study.campaign.slurm import SlurmSettings, load_settings
 
     defaults = load_settings(REPO_ROOT / "cluster/slurm.yaml", {})
     assert defaults == SlurmSettings()  # the shipped file says what the code defaults to: one GPU per task
@@ -200,7 +200,7 @@ def test_settings_come_from_the_config_file_then_the_command_line(tmp_path):
 
 
 def test_a_resubmission_leaves_out_what_is_held_or_pushed():
-    from rnnlm.study.slurm import runs_to_submit
+    from rnnlm.study.campaign.slurm import runs_to_submit
 
     todo, skipped = runs_to_submit(["a", "b"], [1337, 1], held={("a", 1337)}, pushed={"b-seed1"}, steps_scale=1.0)
     assert todo == [("a", 1, "a-seed1"), ("b", 1337, "b-seed1337")]

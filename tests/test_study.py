@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from rnnlm.errors import RnnlmError
-from rnnlm.study import collect as study_collect, report as study_report
+from rnnlm.study.campaign import collect as study_collect
+from rnnlm.study.judging import report as study_report
 from tests.conftest import REPO_ROOT
 from tests.study_repo import MODELS, experiment, new_repo
 
@@ -237,7 +238,7 @@ def test_the_figure_draws_a_carried_model_dashed_in_its_twins_colour():
     first one's: each reset model keeps a colour of its own, a carried one takes its twin's, dashed."""
     from types import SimpleNamespace
 
-    from rnnlm.study.figure import _styles
+    from rnnlm.study.judging.figure import _styles
 
     def run(size: int, training: str = "reset"):
         return [SimpleNamespace(shape=("gru", size, size, 1), tokens="char", training=training)]

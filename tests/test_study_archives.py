@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rnnlm.study import collect as study_collect, folders as study_folders
+from rnnlm.study.campaign import collect as study_collect
+from rnnlm.study import folders as study_folders
 from tests.conftest import REPO_ROOT
 from tests.study_repo import write_run
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rnnlm.errors import RnnlmError
-from rnnlm.study import collect as study_collect
+from rnnlm.study.campaign import collect as study_collect
 from tests.conftest import REPO_ROOT
 from tests.study_repo import commit, experiment, git, new_repo, write_run
 
@@ -236,7 +236,7 @@ def test_a_folder_with_a_damaged_provenance_is_collected_again(repo, damage):
 
 def test_a_study_folder_this_user_cannot_write_is_one_line(repo, study_cli, monkeypatch):
     """A read-only --out (simulated: root writes anywhere): one line naming the folder, nothing half-written."""
-    from rnnlm.study import swap
+    from rnnlm.study.campaign import swap
 
     def refused(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))

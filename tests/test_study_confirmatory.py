@@ -15,15 +15,16 @@ import yaml
 
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.blocks import BlockTable
-from rnnlm.study import collect as study_collect, report as study_report
-from rnnlm.study import stats as st
-from rnnlm.study.evidence import Evidence, TextSampling
-from rnnlm.study.exact import permutation, sign_flip
-from rnnlm.study.findings import confirmatory, exploratory
-from rnnlm.study.findings_markdown import findings_markdown
+from rnnlm.study.campaign import collect as study_collect
+from rnnlm.study.judging import report as study_report
+from rnnlm.study.judging import stats as st
+from rnnlm.study.judging.evidence import Evidence, TextSampling
+from rnnlm.study.judging.exact import permutation, sign_flip
+from rnnlm.study.judging.findings import confirmatory, exploratory
+from rnnlm.study.judging.findings_markdown import findings_markdown
 from rnnlm.study.registration import seal
-from rnnlm.study.text_sample import text_interval
-from rnnlm.study.verdicts import CONTRADICTED, SUPPORTED, inconclusive
+from rnnlm.study.judging.text_sample import text_interval
+from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED, inconclusive
 from tests.conftest import REPO_ROOT
 from tests.study_repo import MODELS, commit, experiment, git, new_repo
 from tests.test_study_findings import NO_EPOCHS, REGISTRATION, SHAPES, frame_of, seeds

@@ -15,16 +15,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from rnnlm.study import logged_curves as lc
-from rnnlm.study import stats as st
-from rnnlm.study.claims import CLAIMS
-from rnnlm.study.evidence import Evidence
-from rnnlm.study.findings import exploratory, findings_record
-from rnnlm.study.findings_markdown import findings_markdown
+from rnnlm.study.judging import logged_curves as lc
+from rnnlm.study.judging import stats as st
+from rnnlm.study.judging.claims import CLAIMS
+from rnnlm.study.judging.evidence import Evidence
+from rnnlm.study.judging.findings import exploratory, findings_record
+from rnnlm.study.judging.findings_markdown import findings_markdown
 from rnnlm.study.registration import current_registration
-from rnnlm.study.rules import Above, Within, decide, interval_tests
-from rnnlm.study.table import FIGURES
-from rnnlm.study.verdicts import CONTRADICTED, MIXED, NOT_MEASURED, SUPPORTED, by_form, inconclusive
+from rnnlm.study.judging.rules import Above, Within, decide, interval_tests
+from rnnlm.study.judging.table import FIGURES
+from rnnlm.study.judging.verdicts import CONTRADICTED, MIXED, NOT_MEASURED, SUPPORTED, by_form, inconclusive
 from tests.conftest import REPO_ROOT
 
 REGISTRATION = current_registration(REPO_ROOT / "reports/study")
@@ -403,7 +403,7 @@ def test_claim_7_sets_each_carried_model_against_its_reset_twin(carried, verdict
 def test_the_sentences_read_their_numbers_from_the_tables_objects():
     """Claim 3's reading ratios, claim 1's range and claim 6's band in one-batch spreads are
     computed from the same evidence that prints the tables, never written beside them."""
-    from rnnlm.study.claims import reading_ratios
+    from rnnlm.study.judging.claims import reading_ratios
 
     frame = frame_of({"scribe_alpha": {"gap_bpc": seeds(0.64, 0.01), "characters_per_epoch": [1.18e6] * 5,
                                        "epochs": [10.0] * 5, "stateless_minus_bigram_bpc": seeds(0.18, 0.01)},

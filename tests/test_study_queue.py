@@ -10,7 +10,7 @@ import pytest
 
 from rnnlm.errors import RnnlmError
 from rnnlm.study import cli as study_command
-from rnnlm.study import queue as study_queue
+from rnnlm.study.campaign import queue as study_queue
 from tests.conftest import REPO_ROOT
 from tests.study_repo import experiment, new_repo
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnlm.study import status as study_status
+from rnnlm.study.campaign import status as study_status
 from rnnlm.training.resume import ResumeStore
 
 

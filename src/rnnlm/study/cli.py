@@ -10,13 +10,13 @@
     python -m rnnlm.study register DRAFT --out reports/study/registration-<n>.yaml
     python -m rnnlm.study register --seal reports/study/registration-<n>.yaml
 
-`run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.queue`), or with
-`--slurm` submits them as one Slurm array job (`rnnlm.study.slurm`); `status` says where each stands;
+`run` queues one DVC experiment per (model, seed) not held yet (`rnnlm.study.campaign.queue`), or with
+`--slurm` submits them as one Slurm array job (`rnnlm.study.campaign.slurm`); `status` says where each stands;
 `collect` copies each (model, seed)'s newest finished run (an experiment, local or pulled with
 `dvc exp pull`, or a commit; with `--archives`, the archives a GPU machine's
 `benchmarks/gpu_check.py --study` sends back) into `reports/study/<model>/seed-<seed>/`
-(`rnnlm.study.collect`); `report` builds the tables, figure and summaries from those
-folders alone (`rnnlm.study.report`); `resume-files` lists the resume files of
+(`rnnlm.study.campaign.collect`); `report` builds the tables, figure and summaries from those
+folders alone (`rnnlm.study.judging.report`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`); `register` writes a new registration
 of the study's rules from a draft, its history read from git, and once it is committed, `--seal` records
 the commit that added it (`rnnlm.study.registration`).
@@ -29,12 +29,12 @@ import math
 from pathlib import Path
 
 from rnnlm.params import load_params
-from rnnlm.study.collect import CollectFailed, archive_paths, collect
-from rnnlm.study.queue import StudyError, held_runs, run, seeds_wanted
-from rnnlm.study.slurm import CONFIG, load_settings, run_slurm
-from rnnlm.study.status import status_lines
+from rnnlm.study.campaign.collect import CollectFailed, archive_paths, collect
+from rnnlm.study.campaign.queue import StudyError, held_runs, run, seeds_wanted
+from rnnlm.study.campaign.slurm import CONFIG, load_settings, run_slurm
+from rnnlm.study.campaign.status import status_lines
 from rnnlm.study.registration import SEALED, seal, write_registration
-from rnnlm.study.report import report
+from rnnlm.study.judging.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 
 

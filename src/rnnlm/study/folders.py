@@ -1,7 +1,7 @@
 """The study's record: the run folders `collect` writes, read back and checked.
 
 In:  `reports/study/<model>/seed-<seed>/` (full-scale runs) and `reports/study/quick/<model>/`
-     (quick runs), each holding the files of `rnnlm.study.collect.FOLDER` and a
+     (quick runs), each holding the files of `rnnlm.study.campaign.collect.FOLDER` and a
      provenance.json.
 Out: one `StudyRun` per folder, or a `StudyFolderError` naming the first file that is missing,
      does not parse, or disagrees with the rest of its folder (another model or seed, a table of
@@ -25,8 +25,56 @@ from rnnlm.errors import ParamsError, RnnlmError
 from rnnlm.params_base import parse_yaml
 from rnnlm.evaluation.blocks import BlockTable, read_blocks
 from rnnlm.params import model_entry, parse_params
-from rnnlm.study.swap import leftovers
-from rnnlm.study.experiments import QUICK, seed_folder_name
+
+
+# ----- the layout ----------------------------------------------------------------------------------
+
+FOLDER = {
+    "params.yaml": "params.yaml",
+    "train_metrics.json": "reports/train/metrics.json",
+    "epochs.tsv": "reports/train/epochs.tsv",
+    "steps.tsv": "reports/train/steps.tsv",
+    "metrics.json": "reports/metrics.json",
+    "reset_curve.csv": "reports/plots/reset_curve.csv",
+    "context_curve.csv": "reports/plots/context_curve.csv",
+    "validation_blocks.csv": "reports/validation_blocks.csv",
+    "generations.json": "reports/generations.json",
+    "generations.md": "reports/generations.md",
+    "timing_train.json": "reports/timing/train.json",
+    "timing_generate.json": "reports/timing/generate.json",
+    "timing_evaluate.json": "reports/timing/evaluate.json",
+}
+"""A study folder's files: name in reports/study/<model>/ -> path in the run's commit."""
+
+OPTIONAL = frozenset({"context_curve.csv", "validation_blocks.csv", "timing_train.json", "timing_generate.json",
+                      "timing_evaluate.json"})
+"""Files of runs made since they existed: the context curve, the validation blocks, where each stage's
+time went."""
+
+QUICK = "quick"
+"""The subfolder of reports/study/ that holds runs at a reduced train.steps_scale."""
+
+REQUIRED = frozenset(FOLDER) - OPTIONAL
+"""The files every study folder has (where its provenance does not list its own)."""
+
+
+def seed_folder_name(seed: int) -> str:
+    """The folder of one seed's full-scale run inside its model's folder."""
+    return f"seed-{seed}"
+
+
+def partial_folder(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.partial")
+
+
+def old_folder(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.old")
+
+
+def leftovers(out: Path) -> list[Path]:
+    """The `.partial`/`.old` folders an interrupted `collect` left under `out`."""
+    return sorted(p for pattern in (".*.partial", ".*.old") for p in out.rglob(pattern) if p.is_dir())
+
 
 
 class StudyFolderError(RnnlmError):

@@ -3,7 +3,7 @@
 In:  the full-scale `StudyRun`s of `rnnlm.study.folders`.
 Out: `runs_frame`: a pandas DataFrame, one row per (model, seed): where it ran and every figure
      the study table and the findings use (`FIGURES`); `summary_frame`: per model and figure, n,
-     mean, standard deviation and the 95% t-interval (`rnnlm.study.stats`; training time: median
+     mean, standard deviation and the 95% t-interval (`rnnlm.study.judging.stats`; training time: median
      and range), in long form; `epochs_frame`: every run's validation curve, epoch by epoch.
      `reports/study/runs.csv`, `summary.csv` and `summary.json` (per-model means and n, the
      metrics file dvc.yaml declares) are these frames written out.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from rnnlm.study.folders import StudyRun
-from rnnlm.study.stats import t_interval
+from rnnlm.study.judging.stats import t_interval
 
 
 def _text(run: StudyRun, mode: str, key: str) -> float:

@@ -5,7 +5,7 @@ A run is a commit that holds a trained model's reports: a DVC experiment (a comm
 commit of the current branch whose `reports/train/metrics.json` changed (a `dvc repro` that was
 committed). Its model, seed and `train.steps_scale` are read from the run's own params.yaml; a
 commit whose stages disagree (its dvc.lock records another checkpoint or file than it holds) is no
-run. `FOLDER` names the files a run's study folder copies (`rnnlm.study.collect` writes them).
+run. `FOLDER` names the files a run's study folder copies (`rnnlm.study.campaign.collect` writes them).
 
 In:  a repository's path. Out: `find_runs` -> every `Run`; `newest` -> the newest per study folder.
 """
@@ -22,35 +22,7 @@ from pathlib import Path
 import yaml
 
 from rnnlm.errors import RnnlmError
-
-FOLDER = {
-    "params.yaml": "params.yaml",
-    "train_metrics.json": "reports/train/metrics.json",
-    "epochs.tsv": "reports/train/epochs.tsv",
-    "steps.tsv": "reports/train/steps.tsv",
-    "metrics.json": "reports/metrics.json",
-    "reset_curve.csv": "reports/plots/reset_curve.csv",
-    "context_curve.csv": "reports/plots/context_curve.csv",
-    "validation_blocks.csv": "reports/validation_blocks.csv",
-    "generations.json": "reports/generations.json",
-    "generations.md": "reports/generations.md",
-    "timing_train.json": "reports/timing/train.json",
-    "timing_generate.json": "reports/timing/generate.json",
-    "timing_evaluate.json": "reports/timing/evaluate.json",
-}
-"""A study folder's files: name in reports/study/<model>/ -> path in the run's commit."""
-
-OPTIONAL = frozenset({"context_curve.csv", "validation_blocks.csv", "timing_train.json", "timing_generate.json",
-                      "timing_evaluate.json"})
-"""Files of runs made since they existed: the context curve, the validation blocks, where each stage's
-time went."""
-
-QUICK = "quick"
-"""The subfolder of reports/study/ that holds runs at a reduced train.steps_scale."""
-
-REQUIRED = frozenset(FOLDER) - OPTIONAL
-"""The files every study folder has (where its provenance does not list its own)."""
-
+from rnnlm.study.folders import FOLDER, QUICK, REQUIRED, seed_folder_name
 
 class CollectError(RnnlmError):
     """The repository's runs cannot be read (not a git repository, git refused)."""
@@ -79,11 +51,6 @@ class Run:
     def key(self) -> tuple[str, int | None]:
         """What one study folder holds: a (model, seed) at full scale; a model's newest quick run."""
         return (self.model, self.seed) if self.full else (self.model, None)
-
-
-def seed_folder_name(seed: int) -> str:
-    """The folder of one seed's full-scale run inside its model's folder."""
-    return f"seed-{seed}"
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -1,8 +1,8 @@
 """The two kinds of rule a claim's comparison is judged by, and how one claim's rows are decided
 together.
 
-In:  an `Interval` (`rnnlm.study.stats`: estimate, 95% bounds, n, standard error, degrees of
-     freedom), or an exact test's one-sided p-values (`rnnlm.study.exact`).
+In:  an `Interval` (`rnnlm.study.judging.stats`: estimate, 95% bounds, n, standard error, degrees of
+     freedom), or an exact test's one-sided p-values (`rnnlm.study.judging.exact`).
 Out: the rule's sentence ("> +0.05 bits/char"), the one-sided p-values of the claimed direction and
      of the other, the verdict of the 95% interval alone, and the signed distance to the edge.
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rnnlm.study.stats import CONFIDENCE, Interval, holm_adjusted, one_sided_p
-from rnnlm.study.verdicts import CONTRADICTED, SUPPORTED, Verdict, inconclusive
+from rnnlm.study.judging.stats import CONFIDENCE, Interval, holm_adjusted, one_sided_p
+from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED, Verdict, inconclusive
 
 UNITS = {"bits per character": "bits/char", "nats per character": "nats/char", "nats per token": "nats/token"}
 """The registered units, as a rule's sentence writes them."""

@@ -16,19 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rnnlm.errors import NO_SPACE, RnnlmError, no_space
-
-
-def _partial(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}.partial")
-
-
-def _old(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}.old")
-
-
-def leftovers(out: Path) -> list[Path]:
-    """The `.partial`/`.old` folders an interrupted `collect` left under `out`."""
-    return sorted(p for pattern in (".*.partial", ".*.old") for p in out.rglob(pattern) if p.is_dir())
+from rnnlm.study.folders import leftovers, old_folder, partial_folder
 
 
 def mend(out: Path) -> list[str]:
@@ -52,7 +40,7 @@ def write_folder(files: dict[str, str], provenance_record: dict[str, object], fo
     """`files` (study folder name -> text) and the provenance, written whole into `.<name>.partial`
     (provenance.json last), checked (`check(partial)` raises to refuse it), then swapped in (see the
     module docstring). A refused or unwritable run leaves `folder` as it was."""
-    partial, old = _partial(folder), _old(folder)
+    partial, old = partial_folder(folder), old_folder(folder)
     try:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)

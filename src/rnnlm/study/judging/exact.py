@@ -12,7 +12,7 @@ exchangeability, at the price of a smallest attainable p.
 
 Both enumerate every assignment (n ≤ 20 per side here), so the same values give the same p on
 every machine. Out: an `ExactTest`, the one-sided p-values of the claimed direction and of the other,
-the same shape of result as a t-interval's (`rnnlm.study.rules.decide` takes either).
+the same shape of result as a t-interval's (`rnnlm.study.judging.rules.decide` takes either).
 """
 
 from __future__ import annotations

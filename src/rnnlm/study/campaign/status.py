@@ -25,9 +25,10 @@ from pathlib import Path
 
 import yaml
 
-from rnnlm.study.experiments import find_runs, seed_folder_name
-from rnnlm.study.queue import StudyError, experiment_name
-from rnnlm.study.slurm import pushed_names, slurm_states
+from rnnlm.study.campaign.experiments import find_runs
+from rnnlm.study.folders import seed_folder_name
+from rnnlm.study.campaign.queue import StudyError, experiment_name
+from rnnlm.study.campaign.slurm import pushed_names, slurm_states
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
 
 

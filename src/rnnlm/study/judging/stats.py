@@ -3,7 +3,7 @@
 In:  a figure's values over a model's seeds (or the per-seed differences of two figures of the
      same weights, or two models' values).
 Out: an `Interval` (estimate, 95% bounds, n, standard error, degrees of freedom), which a rule
-     (`rnnlm.study.rules`) turns into one-sided p-values and a verdict (`rnnlm.study.verdicts`).
+     (`rnnlm.study.judging.rules`) turns into one-sided p-values and a verdict (`rnnlm.study.judging.verdicts`).
 
 - `t_interval(values)`: Student's t-interval of the mean (scipy.stats), right for the 3-10 seeds
   a study affords (a bootstrap has too few resamples there).

@@ -14,7 +14,7 @@ it is set already): two runs each with every core on the same cores wait on each
 (`benchmarks/two_processes.py`). The thread count changes the last bits of some products' sums, so a
 run repeats itself bit for bit at the same `--jobs` on the same machine. `--wait` follows the queue
 until it is empty.
-Each finished experiment is a commit under refs/exps/, which `rnnlm.study.collect` reads.
+Each finished experiment is a commit under refs/exps/, which `rnnlm.study.campaign.collect` reads.
 An interrupted run resumes when it is queued again: its resume file lies in the main repository
 (or under $RNNLM_RESUME_DIR, which the worker must have in its environment), not in DVC's temporary
 workspace (`rnnlm.training.resume`).
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rnnlm.errors import RnnlmError
-from rnnlm.study.experiments import find_runs, seed_folder_name
+from rnnlm.study.campaign.experiments import find_runs
+from rnnlm.study.folders import seed_folder_name
 
 
 class StudyError(RnnlmError):

@@ -1,6 +1,6 @@
 """`collect`: every (model, seed)'s newest finished run, copied from git into `reports/study/`.
 
-The runs are what `rnnlm.study.experiments` finds in git (DVC experiments and committed repros).
+The runs are what `rnnlm.study.campaign.experiments` finds in git (DVC experiments and committed repros).
 
 For each (model, seed) the newest run (by commit date) is copied, file by file, from the commit into
 its folder (`FOLDER`: the params, the training metrics and curves, the evaluation, both reports of
@@ -12,7 +12,7 @@ folder per seed, so one seed's run never replaces another's; others (quick runs)
 one. A folder is replaced only by a newer run than the one it holds.
 
 A folder is written whole, checked by the report's own checks, and only then swapped in
-(`rnnlm.study.swap`): a run that fails leaves the folder as it was, is named in one line with its file
+(`rnnlm.study.campaign.swap`): a run that fails leaves the folder as it was, is named in one line with its file
 and problem, and makes `collect` exit non-zero, while the runs that pass are still collected.
 
 `--archives` also takes in runs trained where there is no DVC (a lent GPU machine):
@@ -40,10 +40,10 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from rnnlm.study.experiments import FOLDER, REQUIRED, CollectError, Run, find_runs, git_show, newest, seed_folder_name
-from rnnlm.study.folders import StudyFolderError, load_run
+from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
+from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run, seed_folder_name
 from rnnlm.study.registration import Registration, code_record, current_registration, registrations
-from rnnlm.study.swap import leftovers, mend, write_folder
+from rnnlm.study.campaign.swap import leftovers, mend, write_folder
 
 COLLECTED_BY = "python -m rnnlm.study collect"
 

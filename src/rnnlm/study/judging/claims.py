@@ -2,9 +2,9 @@
 
 In:  the runs (`Evidence`) and the claim's registered rules (`rnnlm.study.registration`: each rule's
      edge, unit and sensitivity grid; the claim's logical form).
-Out: per claim a `Judgement`: the comparisons it turns on (`rnnlm.study.evidence.Comparison`, each
+Out: per claim a `Judgement`: the comparisons it turns on (`rnnlm.study.judging.evidence.Comparison`, each
      with its per-run values, interval and text interval), the tables of figures behind them, and
-     what the measurement shows that the study's samples could not. `rnnlm.study.findings` decides
+     what the measurement shows that the study's samples could not. `rnnlm.study.judging.findings` decides
      the comparisons and renders them.
 
 The edges are the registration's, never written here; each claim's text, question and the reason
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rnnlm.reporting.markdown import table_head
-from rnnlm.study.evidence import Comparison, Evidence, between, families, grus, paired, rounded, single, span
-from rnnlm.study.logged_curves import curve_comparison, one_batch_noise, prediction_range, study_logs
+from rnnlm.study.judging.evidence import Comparison, Evidence, between, families, grus, paired, rounded, single, span
+from rnnlm.study.judging.logged_curves import curve_comparison, one_batch_noise, prediction_range, study_logs
 from rnnlm.study.registration import RegisteredClaim
-from rnnlm.study.rules import Above, Rule, Within
-from rnnlm.study.stats import t_interval
-from rnnlm.study.verdicts import SUPPORTED
+from rnnlm.study.judging.rules import Above, Rule, Within
+from rnnlm.study.judging.stats import t_interval
+from rnnlm.study.judging.verdicts import SUPPORTED
 
 STUDY_VAL_LOSS = {"astra_alpha": ("last", 1.70), "astra_beta": ("last", 1.49), "astra_gamma": ("best", 1.39)}
 """Claim 6's headline figures (nats per character, each from one random validation batch of the

@@ -9,7 +9,7 @@ previous outputs as they were; a kill between two renames is mended by running i
                             quick runs apart
   reports/study.png         stateful and stateless bits per character with their intervals against
                             the bigram floor; the state-reset and context curves, mean and band
-  reports/study/runs.csv    one row per run (`rnnlm.study.table.runs_frame`)
+  reports/study/runs.csv    one row per run (`rnnlm.study.judging.table.runs_frame`)
   reports/study/summary.csv per model and figure: n, mean, sd, the 95% interval
   reports/study/summary.json per model: n and the means, a metrics file dvc.yaml declares
   reports/study/findings.json per claim its verdict, per comparison its estimate, interval, n,
@@ -35,13 +35,13 @@ from rnnlm.atomic import AtomicFiles
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
 from rnnlm.reporting.markdown import table_head, table_row
-from rnnlm.study.evidence import Evidence, TextSampling
-from rnnlm.study.figure import write_figure
-from rnnlm.study.findings import Pass, confirmatory, exploratory, findings_record
-from rnnlm.study.findings_markdown import findings_markdown, verdict_lines
+from rnnlm.study.judging.evidence import Evidence, TextSampling
+from rnnlm.study.judging.figure import write_figure
+from rnnlm.study.judging.findings import Pass, confirmatory, exploratory, findings_record
+from rnnlm.study.judging.findings_markdown import findings_markdown, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
 from rnnlm.study.registration import Registration, RegistrationError, current_registration
-from rnnlm.study.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
+from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
 
 
 class StudyReportError(RnnlmError):
@@ -66,7 +66,7 @@ class Summary:
 
     def text(self, model: str, figure: str) -> str:
         """The mean ± the half-width of its 95% interval (the value alone for one run), written as the
-        figure's registry entry (`rnnlm.study.table.FIGURES`) says."""
+        figure's registry entry (`rnnlm.study.judging.table.FIGURES`) says."""
         row = self.rows.get((model, figure))
         if row is None:
             return "—"

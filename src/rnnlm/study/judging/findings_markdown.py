@@ -1,5 +1,5 @@
 """The Findings section of reports/study.md and the README's verdict lines, rendered from the passes
-(`rnnlm.study.findings`): every sentence's numbers are read from the same objects that print the
+(`rnnlm.study.judging.findings`): every sentence's numbers are read from the same objects that print the
 tables.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 from rnnlm.reporting.markdown import table_head
-from rnnlm.study.evidence import Comparison
-from rnnlm.study.findings import CONFIRMATORY, Finding, Pass
+from rnnlm.study.judging.evidence import Comparison
+from rnnlm.study.judging.findings import CONFIRMATORY, Finding, Pass
 from rnnlm.study.registration import Registration
-from rnnlm.study.rules import UNITS
-from rnnlm.study.verdicts import CONTRADICTED, SUPPORTED
+from rnnlm.study.judging.rules import UNITS
+from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED
 
 PER_SEED_UP_TO = 5
 """Rows of at most this many runs per model show every run's value."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from rnnlm.study.queue import StudyError, experiment_name
+from rnnlm.study.campaign.queue import StudyError, experiment_name
 
 SCRIPT = Path("cluster/study.sbatch")
 CONFIG = Path("cluster/slurm.yaml")

@@ -2,7 +2,7 @@
 per-run values, interval, rule, exact test, text interval and verdicts (`Comparison`); with the
 builders every claim's judge uses (one model's figure, the paired difference of two figures of the
 same runs, the difference of two models' figures, the seeds that would decide it).
-`rnnlm.study.claims` holds the claims and their judges; `rnnlm.study.findings` decides them.
+`rnnlm.study.judging.claims` holds the claims and their judges; `rnnlm.study.judging.findings` decides them.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 
 from rnnlm.evaluation.blocks import BlockTable
-from rnnlm.study.exact import ExactTest, permutation, sign_flip
-from rnnlm.study.rules import Decision, Rule
-from rnnlm.study.stats import Interval, seeds_needed, t_interval, welch
-from rnnlm.study.text_sample import TextInterval, Weights, text_interval
-from rnnlm.study.verdicts import NOT_MEASURED, Verdict
+from rnnlm.study.judging.exact import ExactTest, permutation, sign_flip
+from rnnlm.study.judging.rules import Decision, Rule
+from rnnlm.study.judging.stats import Interval, seeds_needed, t_interval, welch
+from rnnlm.study.judging.text_sample import TextInterval, Weights, text_interval
+from rnnlm.study.judging.verdicts import NOT_MEASURED, Verdict
 
 FIGURE_WEIGHTS: dict[str, Weights] = {
     "stateful_bpc": {"stateful": 1.0},
@@ -101,7 +101,7 @@ class Comparison:
     kind: str = "one"  # "one" (one sample or paired), "welch" (two models) or "band" (claim 6's curve)
     note: str = ""
     text: TextInterval | None = None  # the interval with the text resampled too, where the runs have blocks
-    decision: Decision | None = None  # after Holm's step-down over the claim's rows (`rnnlm.study.findings`)
+    decision: Decision | None = None  # after Holm's step-down over the claim's rows (`rnnlm.study.judging.findings`)
     exact_decision: Decision | None = None
     grid: tuple[tuple[float, Verdict], ...] = ()  # the verdict at each edge of the rule's sensitivity grid
 

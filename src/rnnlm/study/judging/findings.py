@@ -8,19 +8,19 @@ Out: a `Pass` per reading: *exploratory* (every run) and *confirmatory* (the con
      `Finding`: its comparisons decided together (Holm's step-down at the registered level, on the
      t-intervals and, beside them, on the exact tests), each row's verdicts at the other edges of
      its registered sensitivity grid, and the claim's verdict by its logical form
-     (`rnnlm.study.verdicts.by_form`). `findings_record` gives reports/study/findings.json;
-     `rnnlm.study.findings_markdown` renders the passes.
+     (`rnnlm.study.judging.verdicts.by_form`). `findings_record` gives reports/study/findings.json;
+     `rnnlm.study.judging.findings_markdown` renders the passes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rnnlm.study.claims import CLAIMS, Judgement
-from rnnlm.study.evidence import Comparison, Evidence, rounded
+from rnnlm.study.judging.claims import CLAIMS, Judgement
+from rnnlm.study.judging.evidence import Comparison, Evidence, rounded
 from rnnlm.study.registration import RegisteredClaim, Registration
-from rnnlm.study.rules import Decision, decide, interval_tests
-from rnnlm.study.verdicts import NOT_MEASURED, Verdict, by_form
+from rnnlm.study.judging.rules import Decision, decide, interval_tests
+from rnnlm.study.judging.verdicts import NOT_MEASURED, Verdict, by_form
 
 EXPLORATORY, CONFIRMATORY = "exploratory", "confirmatory"
 

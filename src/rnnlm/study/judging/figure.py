@@ -1,7 +1,7 @@
 """reports/study.png: the study in one figure, each model's mean over its seeds with its 95% interval.
 
 In:  the `StudyRun`s in the study's order (`rnnlm.study.folders.in_study_order`) and the summary frame
-     (`rnnlm.study.table.summary_frame`).
+     (`rnnlm.study.judging.table.summary_frame`).
 Out: a PNG of three panels: stateful and stateless bits per character per model with error bars,
      the bigram floor marked; the state-reset curves; the context curves (as the excess over the
      carried state); each curve the mean over seeds with a band for its interval (none for one seed).
@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from rnnlm.study.folders import StudyRun
-from rnnlm.study.stats import t_interval
+from rnnlm.study.judging.stats import t_interval
 
 
 def _reset_curve(run: StudyRun) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """The study's own logged validation curves (`study_logs.tsv`, transcribed from its notebook) against
 ours: the one-batch estimator's noise measured on our runs, the study's curve minus our seed mean
 with its interval, and where the study's estimator would land for a new seed of ours. Claim 6
-(`rnnlm.study.findings`) is judged with them.
+(`rnnlm.study.judging.findings`) is judged with them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from rnnlm.study.evidence import Evidence, grus
-from rnnlm.study.stats import CONFIDENCE, Interval
+from rnnlm.study.judging.evidence import Evidence, grus
+from rnnlm.study.judging.stats import CONFIDENCE, Interval
 
 STUDY_LOGS = Path(__file__).with_name("study_logs.tsv")
 """The study's logged curves: model, epoch, training loss, one-batch validation loss."""

@@ -1,7 +1,7 @@
 """The study's record: the run folders `collect` writes, read back and checked.
 
 In:  `reports/study/<model>/seed-<seed>/` (full-scale runs) and `reports/study/quick/<model>/`
-     (quick runs), each holding the files of `rnnlm.study.campaign.collect.FOLDER` and a
+     (quick runs), each holding the files of `FOLDER` below and a
      provenance.json.
 Out: one `StudyRun` per folder, or a `StudyFolderError` naming the first file that is missing,
      does not parse, or disagrees with the rest of its folder (another model or seed, a table of

@@ -112,11 +112,17 @@ class GraphStep:
         self.graph = graph
 
 
+def replays_a_graph(asked: bool, device: torch.device, carry: bool = False) -> bool:
+    """Whether a training step is captured and replayed as a CUDA graph: when asked (`train.cuda_graph`),
+    on CUDA, and not for a run that carries its state (a graph holds no state between replays)."""
+    return asked and device.type == "cuda" and not carry
+
+
 def make_training_step(model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float,
                        device: torch.device, graph: bool, carry: bool = False) -> EagerStep | GraphStep:
-    """A `GraphStep` when `graph` and on CUDA, else an `EagerStep`; one that carries its state from
-    call to call (always eager: the graph holds no state between replays) with `carry`."""
-    if graph and device.type == "cuda" and not carry:
+    """A `GraphStep` where `replays_a_graph(graph, device, carry)`, else an `EagerStep` (one that
+    carries its state from call to call with `carry`)."""
+    if replays_a_graph(graph, device, carry):
         return GraphStep(model, optimizer, grad_clip)
     return EagerStep(model, optimizer, grad_clip, carry)
 

@@ -53,7 +53,8 @@ from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.timing import StageClock, part_of
 from rnnlm.training.progress import EpochProgress, History, Progress
 from rnnlm.training.resume import ResumeStore, check_payload
-from rnnlm.training.step import EagerStep, GraphStep, LossLog, NonFiniteLoss, make_optimizer, make_training_step
+from rnnlm.training.step import (EagerStep, GraphStep, LossLog, NonFiniteLoss, make_optimizer, make_training_step,
+                                 replays_a_graph)
 
 
 SAVE_EVERY_S = 600.0  # inside an epoch: a large model's CPU epoch is long, and each save writes the whole run state
@@ -269,7 +270,7 @@ def train(
 
     torch.manual_seed(params.seed)  # weights and dropout masks
     model = build_model(entry, tokenizer.vocab_size).to(device)
-    graph = settings.cuda_graph and device.type == "cuda" and not carried  # a graph carries nothing between replays
+    graph = replays_a_graph(settings.cuda_graph, device, carried)
     optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     sampler = (StreamSampler if carried else WindowSampler)(train_ids, settings.batch_size, settings.seq_len,

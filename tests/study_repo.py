@@ -95,3 +95,14 @@ def new_repo(tmp_path: Path, rules: bool = True) -> Path:
     write_run(root, "alpha", 1.0, 2.50)
     commit(root, "alpha, committed", "2026-01-01T10:00:00+00:00")
     return root
+
+
+def study_params(repo: Path) -> Path:
+    """A params.yaml beside `repo` whose models are the study repositories' (alpha, beta, gamma), each
+    astra_alpha's entry: what `report` reads for the models' order."""
+    params = repo.parent / "params-all.yaml"
+    raw = yaml.safe_load(PARAMS.read_text())
+    raw["models"] = {m: raw["models"]["astra_alpha"] for m in MODELS}
+    raw["model"] = "alpha"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return params

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from rnnlm.errors import RnnlmError
 from rnnlm.study.campaign import collect as study_collect
 from rnnlm.study.judging import report as study_report
 from tests.conftest import REPO_ROOT
-from tests.study_repo import MODELS, experiment, new_repo
+from tests.study_repo import experiment, new_repo, study_params
 
 
 @pytest.fixture
@@ -30,12 +29,7 @@ def _folders(repo: Path) -> Path:
     experiment(repo, "beta-seed1", "beta", 1.0, 2.26, "2026-01-02T12:00:00+00:00", seed=1)
     experiment(repo, "quick-gamma", "gamma", 0.01, 3.90, "2026-01-03T10:00:00+00:00")
     study_collect.collect(repo, repo / "reports/study")
-    params = repo.parent / "params-all.yaml"
-    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    raw["models"] = {m: raw["models"]["astra_alpha"] for m in MODELS}
-    raw["model"] = "alpha"
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return params
+    return study_params(repo)
 
 
 OUTPUTS = ("study.md", "study.png", "study/runs.csv", "study/summary.csv", "study/summary.json", "study/findings.json")

@@ -11,7 +11,6 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.blocks import BlockTable
@@ -25,8 +24,7 @@ from rnnlm.study.judging.findings_markdown import findings_markdown
 from rnnlm.study.registration import seal
 from rnnlm.study.judging.text_sample import text_interval
 from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED, inconclusive
-from tests.conftest import REPO_ROOT
-from tests.study_repo import MODELS, commit, experiment, git, new_repo
+from tests.study_repo import commit, experiment, new_repo, study_params
 from tests.test_study_findings import NO_EPOCHS, REGISTRATION, SHAPES, frame_of, seeds
 
 
@@ -161,15 +159,6 @@ def _sealed_repo(tmp_path):
     return repo, registered
 
 
-def _params(repo):
-    params = repo.parent / "params-all.yaml"
-    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    raw["models"] = {m: raw["models"]["astra_alpha"] for m in MODELS}
-    raw["model"] = "alpha"
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return params
-
-
 def test_a_run_trained_after_the_registration_reads_as_confirmatory_one_before_as_exploratory(tmp_path):
     repo, registered = _sealed_repo(tmp_path)
     out = repo / "reports/study"
@@ -180,14 +169,14 @@ def test_a_run_trained_after_the_registration_reads_as_confirmatory_one_before_a
     assert before == {**after, "code_descends": False}
     assert "registration" not in json.loads((out / "alpha/seed-1337/provenance.json").read_text())
     reports = repo / "reports"
-    study_report.report(out, reports / "study.md", reports / "study.png", str(_params(repo)))
+    study_report.report(out, reports / "study.md", reports / "study.png", str(study_params(repo)))
     text = (reports / "study.md").read_text()
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| [beta](")}
     assert rows["5"].endswith("| confirmatory |") and rows["6"].endswith("| exploratory |")
     assert f"commit {registered[:7]}" in text
     first = {p.name: p.read_bytes() for p in reports.rglob("*") if p.is_file() and ".git" not in p.parts}
     shutil.rmtree(repo / ".git")  # the reading is the folders': no git needed to rebuild the same bytes
-    study_report.report(out, reports / "study.md", reports / "study.png", str(_params(repo)))
+    study_report.report(out, reports / "study.md", reports / "study.png", str(study_params(repo)))
     assert {p.name: p.read_bytes() for p in reports.rglob("*") if p.is_file()} == first
 
 
@@ -198,7 +187,7 @@ def test_an_edited_registration_stops_the_report(tmp_path):
     path = out / "registration-1.yaml"
     path.write_text(path.read_text().replace("edge: 0.05", "edge: 0.04", 1))
     with pytest.raises(RnnlmError, match="its sha256 is not the one sealed.tsv sealed"):
-        study_report.report(out, repo / "reports/study.md", repo / "reports/study.png", str(_params(repo)))
+        study_report.report(out, repo / "reports/study.md", repo / "reports/study.png", str(study_params(repo)))
 
 
 def test_a_sentencepiece_run_of_another_tokenizer_is_marked_and_left_out():

@@ -31,7 +31,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import shutil
 import sys
 import tarfile
 from collections.abc import Callable
@@ -43,7 +42,7 @@ import yaml
 from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
 from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run, seed_folder_name
 from rnnlm.study.registration import Registration, code_record, current_registration, registrations
-from rnnlm.study.campaign.swap import leftovers, mend, write_folder
+from rnnlm.study.campaign.swap import mend, write_folder
 
 COLLECTED_BY = "python -m rnnlm.study collect"
 

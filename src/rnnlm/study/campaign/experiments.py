@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from rnnlm.errors import RnnlmError
-from rnnlm.study.folders import FOLDER, QUICK, REQUIRED, seed_folder_name
+from rnnlm.study.folders import FOLDER, QUICK, seed_folder_name
 
 class CollectError(RnnlmError):
     """The repository's runs cannot be read (not a git repository, git refused)."""

@@ -13,7 +13,6 @@ for each edge are the registration's too.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 

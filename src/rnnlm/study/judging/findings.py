@@ -20,7 +20,7 @@ from rnnlm.study.judging.claims import CLAIMS, Judgement
 from rnnlm.study.judging.evidence import Comparison, Evidence, rounded
 from rnnlm.study.registration import RegisteredClaim, Registration
 from rnnlm.study.judging.rules import Decision, decide, interval_tests
-from rnnlm.study.judging.verdicts import NOT_MEASURED, Verdict, by_form
+from rnnlm.study.judging.verdicts import Verdict, by_form
 
 EXPLORATORY, CONFIRMATORY = "exploratory", "confirmatory"
 

@@ -63,7 +63,7 @@ def comparison_table(finding: Finding, level: float) -> list[str]:
     too and the seeds that would decide it."""
     units = {UNITS.get(r.unit, r.unit) for r in finding.registered.rules.values()}
     unit = units.pop() if len(units) == 1 else "see rule"
-    lines = table_head([f"comparison", f"estimate ({unit})", "± 95% (t)", "n", f"per run (n ≤ {PER_SEED_UP_TO})",
+    lines = table_head(["comparison", f"estimate ({unit})", "± 95% (t)", "n", f"per run (n ≤ {PER_SEED_UP_TO})",
                         "rule", "p, claimed side (one-sided)", f"p deciding (Holm, {level:g} per claim)", "verdict",
                         "exact test: p deciding (Holm), verdict", "95% with seeds and text resampled, × seeds-only",
                         "seeds to decide (80% power)"], "lrrrllrrlllr")
@@ -164,7 +164,7 @@ def findings_markdown(passes: list[Pass], registration: Registration, registered
              f"{registration.at_least} such seeds.", "",
              "Every comparison has a 95% interval over seeds (Student's t over one model's seeds, paired per run when",
              "both figures come from the same weights, Welch's between two models), the one-sided p of the claimed",
-             f"direction and the deciding p: its directional test after Holm's step-down over the claim's rows (a",
+             "direction and the deciding p: its directional test after Holm's step-down over the claim's rows (a",
              f"family-wise error of {level:g} per claim and pass); the verdict is *supported* or *contradicted* when that",
              "p is at most the level, by the side the interval clears, else *inconclusive at n = k*. Beside it, an exact",
              "test (sign flips for one model or a paired figure, permutations of runs between two models) decided the",

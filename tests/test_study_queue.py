@@ -123,3 +123,24 @@ def test_a_seed_list_queues_exactly_those_seeds(monkeypatch):
                         "--params", str(REPO_ROOT / "params.yaml")])
     study_command.main(["run", "--models", "astra_alpha", "--seeds", "3", "--params", str(REPO_ROOT / "params.yaml")])
     assert asked == [(["astra_alpha", "rnn_alpha"], [5, 6, 7, 8, 9]), (["astra_alpha"], [1337, 1, 2])]
+
+
+def test_runs_left_queued_by_an_ended_session_get_a_worker(monkeypatch, capsys):
+    """A session's end takes its worker and leaves the rest of the queue waiting: `run` with nothing
+    new to queue starts a worker for them; with a worker alive, or nothing waiting, it starts none."""
+    table = {"rows": "a38da70  alpha-seed1   09:45 AM   Queued\n", "workers": "0 active, 0 idle"}
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: "Task     Name          Created    Status\n"
+                        f"{table['rows']}\nWorker status: {table['workers']}\n")
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    assert study_queue.run(["alpha"], [1], 1.0, wait=False) == []
+    assert started == [["dvc", "queue", "start", "--jobs", "1"]]
+    assert "nothing to queue" in capsys.readouterr().out
+    table["workers"] = "1 active, 0 idle"
+    study_queue.run(["alpha"], [1], 1.0, wait=False)
+    table.update(rows="a38da70  alpha-seed1   09:45 AM   Success\n", workers="0 active, 0 idle")
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: {("alpha", 1)})
+    study_queue.run(["alpha"], [1], 1.0, wait=False)
+    assert len(started) == 1

@@ -52,7 +52,7 @@ def test_a_run_cut_off_with_its_session_says_how_far_it_got_and_how_to_go_on(rep
     assert rows[("leviathan", "2")].endswith("queued (DVC queue)")
     assert lines[-3:] == ["to continue the runs cut off (each resumes from its file, on this or another CPU):",
                           "  dvc queue kill leviathan-seed1",
-                          f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma leviathan --seeds 4"]
+                          f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma leviathan --seed-list 1 2"]
 
 
 def test_a_running_entry_with_a_live_worker_is_running_and_nothing_needs_continuing(repo, tmp_path, monkeypatch):

@@ -132,8 +132,9 @@ def worker_threads(jobs: int, cores: int | None = None) -> int:
 
 def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: bool,
         study_dir: Path = Path("reports/study"), jobs: int = 1) -> list[tuple[str, int]]:
-    """Queue what `plan` gives (models and seeds checked by the caller) and start `jobs` workers if
-    none runs; returns the queued runs."""
+    """Queue what `plan` gives (models and seeds checked by the caller) and, when experiments wait
+    in the queue (queued now or left by a session that ended) and no worker runs, start `jobs`
+    workers; returns the runs queued now."""
     status = queue_status()
     todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), status.pending, steps_scale)
     if todo:
@@ -142,11 +143,13 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
         command = queue_command(model, seed, steps_scale)
         _dvc(command)
         print("queued:", " ".join(command[4:]))
+    waiting = todo or any(state == "Queued" for _, state in status.rows)
     if not todo:
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
-    elif status.active or status.idle:  # a second worker would train beside it, on the same cores
-        print("a queue worker is already running; it will take these experiments in turn")
-    else:
+    if status.active or status.idle:  # a second worker would train beside it, on the same cores
+        if todo:
+            print("a queue worker is already running; it will take these experiments in turn")
+    elif waiting:  # what was queued now, or left queued by a session that ended with its worker
         env = dict(os.environ)
         if jobs > 1:
             env.setdefault("OMP_NUM_THREADS", str(worker_threads(jobs)))

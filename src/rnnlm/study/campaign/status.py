@@ -150,6 +150,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
             lines.append(f"  dvc queue kill {' '.join(dead)}")
         env = f"{RESUME_ENV}={resume_dir} " if resume_dir is not None else ""
         wanted = sorted({m for m, _ in to_continue})
-        lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seeds {len(seeds)}"
+        seed_list = " ".join(str(s) for s in sorted({s for _, s in to_continue}))
+        lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seed-list {seed_list}"
                      + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else ""))
     return lines

@@ -18,6 +18,7 @@ import pytest
 
 from rnnlm.study.campaign.slurm import slurm_states
 from tests.conftest import REPO_ROOT, make_dvc_repo, run, synthetic_play, tiny_models, why_no_slurm
+from tests.study_repo import REGISTRATION
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -116,9 +117,11 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
     run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], tmp_path)
     seed_repo = make_dvc_repo(tmp_path / "seed", synthetic_play(20_000), _tiny)
     shutil.copytree(REPO_ROOT / "cluster", seed_repo / "cluster")
+    (seed_repo / "reports/study").mkdir(parents=True)
+    shutil.copy(REGISTRATION, seed_repo / "reports/study")  # the registered rules `report` judges by
     run(["dvc", "remote", "add", "-d", "team", str(storage)], seed_repo)
     run(["git", "add", "-A"], seed_repo)
-    run(["git", "commit", "-qm", "the team's DVC remote and the cluster script"], seed_repo)
+    run(["git", "commit", "-qm", "the team's DVC remote, the cluster script and the registered rules"], seed_repo)
     run(["git", "push", "-q", str(origin), "HEAD:main"], seed_repo)
     repo = tmp_path / "submitter"
     run(["git", "clone", "-q", str(origin), str(repo)], tmp_path)

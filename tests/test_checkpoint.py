@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from rnnlm.models.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.data.tokenizers import CharTokenizer
+from tests.conftest import REPO_ROOT
 
 CONFIG = ModelConfig("lstm", vocab_size=13, embd=6, hidden=8, layers=2, dropout=0.1, layer_norm=True)
 TOKENIZER = CharTokenizer(list("abcdefghijklm"))
@@ -178,3 +182,14 @@ def test_sample_refuses_a_checkpoint_with_another_tokenizer_in_one_line(saved, t
     done = in_process(["-m", "rnnlm.sample", str(path), "--prompt", "a", "--max-new-tokens", "500"], tmp_path)
     assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1
     assert "is not the one the model was trained with" in done.stderr
+
+
+def test_checking_a_checkpoint_imports_no_torchdynamo(saved):
+    """The shape check builds the model on the meta device, where the embeddings' normal_ init would
+    import TorchDynamo (seconds of every generate and evaluate stage); it is skipped there."""
+    path = saved[0]
+    code = f"import sys; from rnnlm.models.checkpoint import load_checkpoint; load_checkpoint({str(path)!r}); " \
+           "print('torch._dynamo' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
+    assert done.stdout.strip() == "False", done.stderr

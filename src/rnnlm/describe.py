@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
 from rnnlm.data.corpus import read_vocabulary
 from rnnlm.errors import ParamsError, UsageError
 from rnnlm.command_line import run_main
-from rnnlm.models.kinds import build_model, summary
+from rnnlm.models.kinds import build_model, on_meta, summary
 from rnnlm.params import ModelParams, load_params, select_model
 
 TINY_SHAKESPEARE_CHARS = 65
@@ -40,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError(f"--prepared {prepared}: not a folder; expected the prepare stage's output (data/prepared)")
     vocab_size, source = _vocab_size(entry, params.tokenizer.vocab_size, prepared)
     try:
-        with torch.device("meta"):  # shapes and counts only: no memory, whatever the sizes say
+        with on_meta():
             model = build_model(entry, vocab_size)
     except (RuntimeError, OverflowError) as error:
         raise ParamsError(f"models.{args.name}: a model of these sizes cannot be built ({str(error).splitlines()[0]}); "

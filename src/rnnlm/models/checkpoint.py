@@ -25,7 +25,7 @@ import torch
 from rnnlm.atomic import write_bytes_atomic
 from rnnlm.errors import RnnlmError
 from rnnlm.models.config import ModelConfig
-from rnnlm.models.kinds import LanguageModel, model_from_config
+from rnnlm.models.kinds import LanguageModel, model_from_config, on_meta
 from rnnlm.data.tokenizers import Tokenizer, tokenizer_from_state
 
 FORMAT = "rnnlm-checkpoint"
@@ -184,7 +184,7 @@ def _check_weights(path: Path, checkpoint: Checkpoint) -> None:
     """The weights are the recorded config's (names and shapes, the model built on PyTorch's meta
     device, which costs no memory whatever the config says) and finite; else one CheckpointError."""
     try:
-        with torch.device("meta"):
+        with on_meta():
             expected = {k: tuple(v.shape) for k, v in model_from_config(checkpoint.model_config).state_dict().items()}
     except (RnnlmError, ValueError, RuntimeError, TypeError, OverflowError) as error:
         raise CheckpointError(f"{path}: its model config cannot be built ({str(error).splitlines()[0]})") from None

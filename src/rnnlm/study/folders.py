@@ -242,15 +242,13 @@ def _shape_does_not_fit(run: StudyRun) -> str | None:
     (no memory), at vocabularies 1 and 2, the entry gives the slope and intercept, and the count in
     train_metrics.json must then come from a whole, positive vocabulary (for SentencePiece, the
     tokenizer's). An entry the current code cannot read is left to the other checks."""
-    import torch
-
-    from rnnlm.models.kinds import build_model, count_parameters
+    from rnnlm.models.kinds import build_model, count_parameters, on_meta
 
     try:
         entry = model_entry(run.params["models"][run.model], f"models.{run.model}")
     except ParamsError:
         return None
-    with torch.device("meta"):
+    with on_meta():
         at_one = count_parameters(build_model(entry, 1))
         slope = count_parameters(build_model(entry, 2)) - at_one
     vocab, rest = divmod(int(run.train["parameters"]) - (at_one - slope), slope)

@@ -326,6 +326,7 @@ def _wait(predicate, what: str, timeout: float = 300.0):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
     """The study's runs go through DVC's queue, whose workspace (.dvc/tmp/exps/...) DVC deletes when
     a run fails: the resume file lives in the main repository's .resume/ instead, so queuing the same

@@ -112,6 +112,7 @@ def test_the_tasks_get_the_environment_that_runs_the_tests(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmitted(cluster, tmp_path):
     origin, storage = tmp_path / "origin.git", tmp_path / "dvc-storage"
     run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], tmp_path)

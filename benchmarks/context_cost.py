@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rnnlm import backend  # noqa: E402
+from rnnlm.compute import backend  # noqa: E402
 from rnnlm.evaluation.context import MIN_WINDOWS, batch_tokens_for, context_nll  # noqa: E402
 from rnnlm.evaluation.scoring import full_precision  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402

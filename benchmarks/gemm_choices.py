@@ -1,5 +1,5 @@
 """`--gemm-choices`: our training step under every GEMM choice (RNNLM_GEMM's values), side by side,
-beside the choice `rnnlm.backend`'s rule makes for this machine: the evidence that the rule picks
+beside the choice `rnnlm.compute.backend`'s rule makes for this machine: the evidence that the rule picks
 the fastest."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm import gemm_choice  # noqa: E402
+from rnnlm.compute import gemm_choice  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
@@ -25,7 +25,7 @@ GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")
 
 def under_gemm(choice: str, fn: Callable[[], object]) -> Callable[[], object]:
     """fn, run with the GEMM choice `choice` (as RNNLM_GEMM takes it), set through the library's own
-    switch (`rnnlm.gemm_choice.use_gemm`) and handed back after."""
+    switch (`rnnlm.compute.gemm_choice.use_gemm`) and handed back after."""
 
     def run() -> object:
         previous = gemm_choice.use_gemm(gemm_choice.Gemms.parse(choice))

@@ -61,7 +61,7 @@ from rnnlm.study.folders import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
 from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
-from rnnlm.device import set_float32_precision  # noqa: E402
+from rnnlm.compute.device import set_float32_precision  # noqa: E402
 from rnnlm.evaluation.scoring import windowed_nll  # noqa: E402
 
 TARGET_MODELS = ("astra_beta", "astra_gamma", "scribe_gamma", "leviathan")

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm import gemm_choice  # noqa: E402
+from rnnlm.compute import gemm_choice  # noqa: E402
 from rnnlm.inference.decoding import Decoding, generate, make_generator  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402

@@ -22,7 +22,7 @@ of the two libraries. That fastest product is then timed again in each model's r
 implementations, and the model's "% of the limit" is of that rate: a 2-core cloud machine's rate
 drifts by 10-15% over a run, which a single figure taken at the start would put into the shares.
 The header names the CPU (vendor, model, AVX-512 or not) and the libraries
-`rnnlm.backend` chose for our large and per-step products. Beside them, "products alone": only
+`rnnlm.compute.backend` chose for our large and per-step products. Beside them, "products alone": only
 the matrix products of our step (forward and backward, each through our library for its kind, the
 hidden-side weights packed per sequence as the scans pack them), nothing else; "% of products
 alone" says how close an implementation comes to that time. Peak memory is what a step
@@ -42,7 +42,7 @@ same GEMM as ours.
 
 `--gemm-choices` (CPU) times our training step once more under every value of RNNLM_GEMM (MKL or
 oneDNN for the large products and for the per-step ones), side by side, beside the choice that
-`rnnlm.backend`'s rule makes for this machine: the evidence that the rule picks the fastest.
+`rnnlm.compute.backend`'s rule makes for this machine: the evidence that the rule picks the fastest.
 
 The whole run keeps freed memory in the process's heap (`rnnlm.memory.keep_freed_memory`), as
 the training and evaluation stages do, for every implementation alike; the header says so.
@@ -66,7 +66,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.device import resolve_device, set_float32_precision  # noqa: E402
+from rnnlm.compute.device import resolve_device, set_float32_precision  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 from rnnlm.models.cells import CELLS  # noqa: E402
 from rnnlm.params import load_params  # noqa: E402

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from rnnlm import cpu, gemm_choice
+from rnnlm.compute import cpu, gemm_choice
 from rnnlm.atomic import write_text_atomic
 from rnnlm.models.config import ModelConfig, config_from_params
 from rnnlm.params import load_params

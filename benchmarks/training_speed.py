@@ -16,13 +16,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm import backend  # noqa: E402
+from rnnlm.compute import backend  # noqa: E402
 from rnnlm.models.cells import CELLS  # noqa: E402
 from rnnlm.models.cells.base import autograd_scan  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.kinds import count_parameters  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402
-from rnnlm.models.products import linear, t_mm  # noqa: E402
+from rnnlm.compute.products import linear, t_mm  # noqa: E402
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
 

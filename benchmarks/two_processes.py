@@ -1,5 +1,5 @@
 """Two runs on one machine at once: how much of its speed alone each keeps, and where the per-step
-products' thread rule (`rnnlm.gemm_choice.MIN_PARALLEL_STEP_MACS`) crosses over.
+products' thread rule (`rnnlm.compute.gemm_choice.MIN_PARALLEL_STEP_MACS`) crosses over.
 
     python benchmarks/two_processes.py --models astra_alpha astra_beta astra_gamma leviathan \\
         --markdown reports/speed/two-processes-NAME.md --json reports/speed/two-processes-NAME.json
@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rnnlm import backend, gemm_choice  # noqa: E402
+from rnnlm.compute import backend, gemm_choice  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 
 from timing import machine, machine_line, model_configs, write_report  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
-from rnnlm.device import device_for
+from rnnlm.compute.device import device_for
 from rnnlm.command_line import command_args, run_main
 from rnnlm.memory import keep_freed_memory
 from rnnlm.evaluation.blocks import write_blocks

@@ -9,7 +9,7 @@ its time went to TIMING_JSON.
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.models.checkpoint import load_checkpoint
-from rnnlm.device import device_for
+from rnnlm.compute.device import device_for
 from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
 from rnnlm.inference.generation_run import run_generations

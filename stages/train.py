@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
-from rnnlm.device import device_for
+from rnnlm.compute.device import device_for
 from rnnlm.command_line import RESUMES, command_args, run_main
 from rnnlm.evaluation.quick import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory

@@ -166,15 +166,15 @@ def backend(request, monkeypatch, gemm):
     """Run the test once with each backend of the per-step loops (training scans, sampling steps, the
     whole model's step and the generation loop): the Python loops (ATen calls), the compiled C++
     ones (what the CPU runs) with each of the two float32 GEMMs (MKL, oneDNN: the large products
-    of `rnnlm.models.products` follow too), and the Triton ones (what CUDA runs; here in Triton's
+    of `rnnlm.compute.products` follow too), and the Triton ones (what CUDA runs; here in Triton's
     interpreter, on CPU tensors). A failed C++ build fails here. float64 products always run ATen's
     own GEMM; the float32 tests are the ones that reach oneDNN."""
-    from rnnlm import backend as switch
-    from rnnlm import native
+    from rnnlm.compute import backend as switch
+    from rnnlm.compute import build
 
     loops, _, library = request.param.partition("-")
     if loops == "cpp":
-        assert native.compiled() is not None, "the C++ code did not build (see the warning above)"
+        assert build.compiled() is not None, "the C++ code did not build (see the warning above)"
     if loops == "triton":
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("Triton kernels run on CPU tensors only in its interpreter (tests/test_cuda.py runs them on a GPU)")
@@ -187,9 +187,9 @@ def backend(request, monkeypatch, gemm):
 @pytest.fixture
 def gemm():
     """`gemm("mkl:onednn")` (or a `Gemms`) makes that the process's GEMM choice, through the one call
-    the library has for it (`rnnlm.gemm_choice.use_gemm`); the machine's own choice comes back after
+    the library has for it (`rnnlm.compute.gemm_choice.use_gemm`); the machine's own choice comes back after
     the test."""
-    from rnnlm import gemm_choice
+    from rnnlm.compute import gemm_choice
 
     def choose(choice) -> object:
         choice = gemm_choice.Gemms.parse(choice) if isinstance(choice, str) else choice

@@ -1,5 +1,5 @@
 """The library files a script runs: its `rnnlm` imports, followed through the library (imports
-inside functions included), and the C++ sources that `rnnlm.native` compiles when it is reached."""
+inside functions included), and the C++ sources that `rnnlm.compute.build` compiles when it is reached."""
 
 from __future__ import annotations
 
@@ -42,6 +42,18 @@ def _imported(path: Path, package: str) -> set[str]:
     return {name for name in names if name.split(".")[0] == "rnnlm" and module_file(name)}
 
 
+def compiled_files() -> set[Path]:
+    """The C++ files the compiled module is built from (its units and header), as files of this
+    checkout's src/, whichever copy of the package the import found. The cells' package adds its
+    units when imported: it is imported here first."""
+    import rnnlm
+    import rnnlm.models.cells  # noqa: F401 - adds the cells' units
+    from rnnlm.compute import sources
+
+    package = Path(rnnlm.__file__).parent
+    return {SRC / "rnnlm" / path.relative_to(package) for path in (*sources.units(), *sources.HEADERS)}
+
+
 def library_files(script: Path, specs: bool = True) -> set[Path]:
     """Every library file that running `script` can execute. `specs=False`: for a script that reads
     the cell registry's names but never asks it for a cell (the registry then imports no cell)."""
@@ -64,11 +76,8 @@ def library_files(script: Path, specs: bool = True) -> set[Path]:
             children |= {CELLS.module(cell) for cell in CELLS if module_file(CELLS.module(cell))}
         todo += [(name, child) for child in children]
     files = {module_file(name) for name in seen}
-    if "rnnlm.native" in seen:
-        from rnnlm import native
-
-        # as files of this checkout's src/, whichever copy of the package the import found
-        files |= {SRC / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
+    if "rnnlm.compute.build" in seen:
+        files |= compiled_files()
     if REGISTRY in seen and specs:  # cells' Triton modules are imported by name, through their specs
         from rnnlm.models.cells import CELLS
 
@@ -105,7 +114,7 @@ def import_cycles() -> list[list[str]]:
 
 def _package(module: str) -> str | None:
     """The subpackage of rnnlm a module belongs to (rnnlm.models.cells.gru -> rnnlm.models), None
-    for the top-level modules (rnnlm.errors, rnnlm.backend, ...)."""
+    for the top-level modules (rnnlm.errors, rnnlm.params, ...)."""
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 and (SRC / parts[0] / parts[1]).is_dir() else None
 

@@ -36,7 +36,7 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     assert markdown.read_text() == out  # the file holds what was printed
     # the limit: the large product through both libraries, each against the faster
     assert re.search(r"MKL [\d.]+ GFLOP/s \(\d+% of the faster\), oneDNN [\d.]+ GFLOP/s", out)
-    from rnnlm import cpu, gemm_choice
+    from rnnlm.compute import cpu, gemm_choice
 
     # the CPU: model name, vendor and generation
     assert cpu.cpu_model() in out and f"({cpu.cpu_vendor()} {cpu.cpu_generation()}, ".replace(" , ", ", ") in out
@@ -77,7 +77,7 @@ def test_gemm_choices_time_every_value_of_the_variable_beside_the_rules(tmp_path
     result = _benchmark("--models", "astra_alpha", "--only", "training", "--gemm-choices", "--json", str(figures))
     assert result.returncode == 0, result.stderr
     assert "## Our training step under each GEMM choice" in result.stdout
-    from rnnlm import gemm_choice
+    from rnnlm.compute import gemm_choice
 
     (record,) = json.loads(figures.read_text())["gemm_choices"]
     assert record["model"] == "astra_alpha" and set(record["ms_per_step"]) == {"mkl", "onednn", "mkl:onednn", "onednn:mkl"}
@@ -106,7 +106,7 @@ def test_allocator_part_alone_times_both_steps_in_both_modes(tmp_path):
 def test_a_gemm_choice_applies_to_its_call_alone(gemm):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import gemm_choices
-    from rnnlm import backend, gemm_choice
+    from rnnlm.compute import backend, gemm_choice
 
     before = gemm("onednn")
     cpu = torch.device("cpu")
@@ -189,7 +189,7 @@ def test_gpu_check_environment_describes_the_machine_without_a_gpu():
     """The GPU check's first step runs on any machine: it names the CPU as the benchmark does."""
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import gpu_check
-    from rnnlm import cpu
+    from rnnlm.compute import cpu
 
     env = gpu_check.environment()
     assert cpu.cpu_model() in env["cpu"] and "freed memory given back" in env["cpu"]

@@ -12,10 +12,10 @@ import sys
 import pytest
 import torch
 
-from rnnlm import backend
+from rnnlm.compute import backend
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.data.corpus import character_vocabulary, split_corpus
-from rnnlm.device import set_float32_precision
+from rnnlm.compute.device import set_float32_precision
 from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM

@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from rnnlm import cpu
-from rnnlm.device import DeviceError, make_cuda_repeatable, resolve_device
+from rnnlm.compute import cpu
+from rnnlm.compute.device import DeviceError, make_cuda_repeatable, resolve_device
 from rnnlm.training.train import processor_name
 
 

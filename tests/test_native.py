@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rnnlm import backend, cpu, gemm_choice, native
+from rnnlm.compute import backend, build, cpu, gemm_choice
 from rnnlm.errors import RnnlmError
+from rnnlm.compute.sources import HEADERS
 from rnnlm.models.cells import CELLS
+from rnnlm.models.cells.registry import FOLDER as CELLS_DIR
 from rnnlm.models.cells.base import loops_for
 from tests.conftest import REPO_ROOT
 
@@ -20,10 +22,10 @@ from tests.conftest import REPO_ROOT
 @pytest.fixture
 def fresh_build_cache():
     """Forget this process's loaded build before and after the test (the disk cache stays)."""
-    native.compiled.cache_clear()
+    build.compiled.cache_clear()
     backend._compiled.cache_clear()
     yield
-    native.compiled.cache_clear()
+    build.compiled.cache_clear()
     backend._compiled.cache_clear()
 
 
@@ -32,11 +34,11 @@ def test_cpu_tensors_get_each_cells_compiled_loops_and_a_cell_without_them_its_p
     spec = CELLS[name]
     assert backend.backend_for(torch.device("cpu")) == "cpp"
     if spec.python_loops is None:  # a cell without loops of its own: autograd runs it, on every device
-        assert not (native.CELLS_DIR / f"{name}.cpp").is_file() and spec.triton_module is None
+        assert not (CELLS_DIR / f"{name}.cpp").is_file() and spec.triton_module is None
         assert loops_for(spec, torch.zeros(1)) is None and backend.compiled_for(torch.device("cpu"), name) is None
         return
-    compiled = native.compiled()
-    has_source = (native.CELLS_DIR / f"{name}.cpp").is_file()
+    compiled = build.compiled()
+    has_source = (CELLS_DIR / f"{name}.cpp").is_file()
     assert backend.has_compiled_loops(compiled, name) == has_source  # the build found its .cpp by itself
     if has_source:
         loops = loops_for(spec, torch.zeros(1))
@@ -84,13 +86,13 @@ def test_the_build_is_named_after_its_sources_and_flags(monkeypatch, fresh_build
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     calls = []
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
-    native.compiled()
-    native.compiled.cache_clear()
+    build.compiled()
+    build.compiled.cache_clear()
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: f"// changed {self.name}")
-    native.compiled()
+    build.compiled()
     names = [call["name"] for call in calls]
     assert len(names) == 2 and names[0] != names[1]
-    assert all(name.startswith(f"rnnlm_native_{native._capability().lower()}_") for name in names)
+    assert all(name.startswith(f"rnnlm_native_{build._capability().lower()}_") for name in names)
 
 
 def test_every_registered_cell_is_a_source_and_the_build_reads_copies_at_a_fixed_place(monkeypatch, fresh_build_cache,
@@ -103,23 +105,23 @@ def test_every_registered_cell_is_a_source_and_the_build_reads_copies_at_a_fixed
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     calls = []
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
-    native.compiled()
+    build.compiled()
     sources = [Path(s) for s in calls[0]["sources"]]
-    assert {path.name for path in sources} >= {path.name for path in native.CELLS_DIR.glob("*.cpp")}
+    assert {path.name for path in sources} >= {path.name for path in CELLS_DIR.glob("*.cpp")}
     assert all(path.is_relative_to(tmp_path) and path.exists() for path in sources)
     staged_header = sources[0].parent / "kernels.h"
-    assert staged_header.read_text() == (native.PACKAGE / "models" / "cells" / "kernels.h").read_text()
+    assert staged_header.read_text() == HEADERS[0].read_text()
 
 
 def test_an_unknown_cell_is_refused_by_the_compiled_stepper():
-    compiled = native.compiled()
+    compiled = build.compiled()
     known = ", ".join(sorted(name for name in CELLS if backend.has_compiled_loops(compiled, name)))
     with pytest.raises(RuntimeError, match=f"unknown cell bogus; the compiled cells are {known}"):
         compiled.Stepper("bogus", torch.zeros(3, 3), [], [], [[]], None, None, 0.0, torch.zeros(1, 3), torch.zeros(3))
 
 
 def test_a_contiguity_violation_is_refused_by_the_compiled_loops():
-    loops = native.compiled()
+    loops = build.compiled()
     products = torch.zeros(2, 3, 6).transpose(0, 1)  # not contiguous: writing in place would be lost
     with pytest.raises(RuntimeError, match="products must be contiguous"):
         loops.rnn_forward(products, torch.zeros(2, 6), torch.zeros(6, 6), torch.zeros(6), None)
@@ -129,9 +131,9 @@ def test_pip_ninja_is_found_when_no_ninja_is_on_path(monkeypatch):
     """A virtual environment's python run without activating it: its ninja is not on PATH."""
     import ninja
 
-    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.setenv("PATH", "/nowhere")
-    native._put_pip_ninja_on_path()
+    build._put_pip_ninja_on_path()
     if ninja.BIN_DIR and (Path(ninja.BIN_DIR) / "ninja").exists():
         assert os.environ["PATH"].split(os.pathsep)[0] == ninja.BIN_DIR
     else:  # a venv over system packages: the package finds no folder of its own
@@ -245,15 +247,15 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
     from torch.profiler import ProfilerActivity, profile
 
     from rnnlm.models.cells import gru
-    from rnnlm.models.products import linear, t_mm
+    from rnnlm.compute.products import linear, t_mm
 
     choice = gemm(gemm_choice.Gemms(*gemms))
     torch.manual_seed(0)
     products, h0 = torch.randn(16, 8, 3 * 64), torch.randn(8, 64)
     weight_hh, bias = torch.randn(3 * 64, 64) * 0.2, torch.randn(3 * 64)
     loops = loops_for(CELLS["gru"], products)
-    assert native.compiled().gemm() == choice.step  # the one call handed the choice and the threshold over
-    assert native.compiled().min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
+    assert build.compiled().gemm() == choice.step  # the one call handed the choice and the threshold over
+    assert build.compiled().min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
     ops = {"mkl": {"mkl::_mkl_linear", "aten::mm", "aten::addmm"}, "onednn": {"mkldnn::_linear_pointwise"}}
 
     def used(fn) -> set[str]:
@@ -286,7 +288,7 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
 def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm):
     """a^T b and c + a^T b through oneDNN, on both of its routes: its matmul (a CPU with AVX-512) and
     its linear op with a copied operand (the route where PyTorch refuses float32 to the matmul)."""
-    from rnnlm.models.products import t_addmm, t_mm
+    from rnnlm.compute.products import t_addmm, t_mm
 
     if matmul and not gemm_choice.onednn_matmul_available():
         pytest.skip("PyTorch's oneDNN matmul takes no float32 on this CPU (no AVX-512)")
@@ -303,4 +305,19 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm
 
 def test_an_unknown_gemm_is_refused_by_the_compiled_module():
     with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
-        native.compiled().set_gemm("blis", gemm_choice.MIN_ONEDNN_MACS, gemm_choice.MIN_PARALLEL_STEP_MACS)
+        build.compiled().set_gemm("blis", gemm_choice.MIN_ONEDNN_MACS, gemm_choice.MIN_PARALLEL_STEP_MACS)
+
+
+def test_a_source_added_after_the_build_is_refused_in_one_line(monkeypatch, tmp_path):
+    """The cells' package adds its units when imported, before any build; one added later would be
+    missing from the module already built, so it is refused, naming the file."""
+    from rnnlm.compute import sources
+
+    monkeypatch.setattr(sources, "_frozen", True)
+    late = tmp_path / "late.cpp"
+    with pytest.raises(RuntimeError, match=r"late\.cpp: added to the compiled module after it was built"):
+        sources.add([late])
+    sources.add([path for path in sources.units() if path.parent == CELLS_DIR])  # already there: nothing added
+    assert late not in sources.units()
+    assert sources.units()[0].name == "kernels.cpp" and [p.name for p in sources.units()[-2:]] == [
+        "generation.cpp", "bindings.cpp"]

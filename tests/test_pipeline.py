@@ -106,7 +106,7 @@ def test_repro_trains_the_selected_model(train_repo):
     metrics = _metrics(train_repo)
     assert metrics["model"] == "astra_alpha" and metrics["steps"] == 6 and metrics["epochs"] == 2
     assert metrics["device"] == "cpu"
-    from rnnlm import gemm_choice
+    from rnnlm.compute import gemm_choice
 
     assert metrics["gemm"] == str(gemm_choice.gemm_for(torch.device("cpu")))  # the products' libraries are recorded
     steps = (train_repo / "reports/train/steps.tsv").read_text().splitlines()

@@ -44,7 +44,7 @@ def _refeed_reference(model, prompt, decoding, steps, num_samples, seed):
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=lambda d: d.strategy)
 def test_stateful_equals_refeeding_the_prefix(model, decoding, backend, monkeypatch):
-    from rnnlm import backend as switch
+    from rnnlm.compute import backend as switch
 
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     got = generate(model, prompt, mode="stateful", decoding=decoding, max_new_tokens=40, num_samples=3,
@@ -169,9 +169,9 @@ def _picks_differ(logits, decoding, compiled, seed):
 @pytest.mark.parametrize("decoding", DECODINGS + [Decoding("top_k", temperature=0.5, top_k=1)], ids=lambda d: d.strategy)
 def test_the_compiled_pick_is_the_same_function(decoding, dtype):
     """Same ids and the same numbers drawn from the generator, on random rows and rows with ties."""
-    from rnnlm import native
+    from rnnlm.compute import build
 
-    compiled = native.compiled()
+    compiled = build.compiled()
     assert compiled is not None, "the C++ code did not build"
     torch.manual_seed(0)
     for seed in range(20):
@@ -190,10 +190,10 @@ def _float32_model(config: ModelConfig) -> RecurrentLM:
 
 
 def _has_compiled_loops(cell: str) -> bool:
-    from rnnlm import backend, native
+    from rnnlm.compute import backend, build
 
-    assert native.compiled() is not None, "the C++ code did not build"
-    return backend.has_compiled_loops(native.compiled(), cell)
+    assert build.compiled() is not None, "the C++ code did not build"
+    return backend.has_compiled_loops(build.compiled(), cell)
 
 
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
@@ -224,7 +224,7 @@ def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products
     them: both add each bias after oneDNN's product, so the logits stay equal bit for bit."""
     from torch.profiler import ProfilerActivity, profile
 
-    from rnnlm import gemm_choice
+    from rnnlm.compute import gemm_choice
     from rnnlm.inference.stepping import Stepper
 
     if not gemm_choice.onednn_available():

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.import_graph import import_cycles, library_files, module_file, package_cycles
+from tests.import_graph import compiled_files, import_cycles, library_files, module_file, package_cycles
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 CELLS_DIR = REPO_ROOT / "src/rnnlm/models/cells"
@@ -109,12 +109,11 @@ def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_fold
     """What `Registry.files` takes by its naming rule (NAME.py, NAME.cpp, NAME_triton.py, the shared
     files) against what a model of the cell runs: its module's imports, its Triton module, the
     compiled code (the compiled module holds every cell's loops; a model calls its own cell's,
-    registered under its name, and the shared kernels). No file of the folder escapes every cell's
+    registered under its name, and compute's shared kernels). No file of the folder escapes every cell's
     fingerprint."""
-    from rnnlm import native
     from rnnlm.models.cells import CELLS
 
-    compiled = {REPO_ROOT / "src" / path.relative_to(native.PACKAGE.parent) for path in (*native.sources(), *native.HEADERS)}
+    compiled = compiled_files()
     for cell in _library_cells():
         module = module_file(CELLS.module(cell))
         runs = {path for path in library_files(module, specs=False) if path.suffix == ".py"} | {module}
@@ -122,7 +121,7 @@ def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_fold
             triton = module_file(CELLS[cell].triton_module)
             runs |= {path for path in library_files(triton, specs=False) if path.suffix == ".py"} | {triton}
         own_cpp = CELLS_DIR / f"{module.stem}.cpp"
-        runs |= {path for path in compiled if path.parent == CELLS_DIR and (path.name.startswith("kernels") or path == own_cpp)}
+        runs |= {path for path in compiled if path == own_cpp}  # the shared kernels are compute's
         expected = {path for path in runs if path.parent == CELLS_DIR} - {CELLS_DIR / "__init__.py"}
         assert expected <= _cell_files(cell), cell
     assert {path for path in CELLS_DIR.iterdir() if path.is_file()} <= _fingerprinted()

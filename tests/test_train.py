@@ -15,7 +15,7 @@ from rnnlm.training.resume import read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
 from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
-from rnnlm import gemm_choice
+from rnnlm.compute import gemm_choice
 from rnnlm.reporting.training_report import training_summary
 from rnnlm.study.folders import StudyRun
 from tests.conftest import synthetic_play

@@ -8,9 +8,9 @@ A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
   views of the model's own weights (no copy: a copy of a large model's weights costs more than
   a sample, and BLAS reads the transposed layout at batch 1 as fast) and every bias
   of a gate summed into one vector, so each gate product is one `addmm`; its step runs the cell's
-  loops for the device (`rnnlm.backend`);
+  loops for the device (`rnnlm.compute.backend`);
 - where the "cpp" backend runs, the whole step is one call too: `compiled`, the same step in C++
-  (`inference/generation.cpp`), which `rnnlm.inference.decoding.generate` also runs its loop
+  (`compute/cpp/generation.cpp`), which `rnnlm.inference.decoding.generate` also runs its loop
   through; the Python `__call__` is its twin (what CUDA runs), and gives the same logits bit for bit;
 - it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
 
@@ -28,13 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rnnlm import backend
+from rnnlm.compute import backend
 from rnnlm.models import state as states
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import LayerStep, loops_for
 from rnnlm.models.kinds import LanguageModel
 from rnnlm.models.language_model import RecurrentLM
-from rnnlm.models.products import linear
+from rnnlm.compute.products import linear
 from rnnlm.models.state import ModelState
 
 

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from rnnlm.errors import ParamsError
 from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
-from rnnlm.models.products import linear
+from rnnlm.compute.products import linear
 from rnnlm.models.state import ModelState
 
 

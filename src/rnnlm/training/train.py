@@ -40,9 +40,9 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from rnnlm import cpu, gemm_choice
+from rnnlm.compute import cpu, gemm_choice
 from rnnlm.models.checkpoint import Checkpoint
-from rnnlm.device import device_for
+from rnnlm.compute.device import device_for
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.scoring import batch_nll, windowed_nll
 from rnnlm.models.config import WINDOW_MLP, config_from_params
@@ -207,7 +207,7 @@ def processor_name(device: torch.device) -> str:
 
 
 def products_gemm(device: torch.device) -> str:
-    """The libraries that run the float32 matrix products on `device` (`rnnlm.gemm_choice.gemm_for`):
+    """The libraries that run the float32 matrix products on `device` (`rnnlm.compute.gemm_choice.gemm_for`):
     "mkl", "onednn", or "LARGE:STEP" on the CPU, "cublas" on CUDA."""
     gemms = gemm_choice.gemm_for(device)
     return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
@@ -251,7 +251,7 @@ def train(
     when the resume file in `resume_dir` is written (`save_every_s`: inside an epoch). The file is
     left in place: the caller removes it (`result.resume.clear()`) once it has written every output,
     so a failure while writing them loses no training. `clock`: times the per-epoch validation.
-    `device`: the one `rnnlm.device.device_for` gave for these settings (None: asked here).
+    `device`: the one `rnnlm.compute.device.device_for` gave for these settings (None: asked here).
     `on_progress`: called with the run's `Progress` after each save of its resume file (each epoch's
     end and the saves inside an epoch), for a report of the run while it trains."""
     entry, settings = params.models[name], training_settings(params, name)

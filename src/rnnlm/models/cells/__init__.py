@@ -2,8 +2,9 @@
 
 Adding a cell means adding its module beside these (`NAME.py` with its cell's `recur`, its layer and
 its `SPEC`; `mgu.py` is the smallest) and one line below. Loops of its own are optional (Python loops
-with an autograd Function in `NAME.py`, compiled ones in `NAME.cpp`, which the C++ build finds and
-which registers them under the same name, Triton ones in `NAME_triton.py`, named in its `SPEC`):
+with an autograd Function in `NAME.py`, compiled ones in `NAME.cpp`, which this package adds to the
+compiled module's sources below and which registers them under the same name, Triton ones in
+`NAME_triton.py`, named in its `SPEC`):
 without them autograd runs its `recur`. params.yaml's `cell:` choices, the model's layers, the
 sampling stepper and the tests all read `CELLS`.
 
@@ -18,7 +19,8 @@ selected cell's registry entry and the fingerprints of the files its models run
 or editing another cell leaves them as they are.
 """
 
-from rnnlm.models.cells.registry import Registry
+from rnnlm.compute import sources
+from rnnlm.models.cells.registry import FOLDER, Registry
 
 CELLS = Registry({
     "gru": "rnnlm.models.cells.gru",
@@ -26,3 +28,5 @@ CELLS = Registry({
     "rnn": "rnnlm.models.cells.rnn",
     "mgu": "rnnlm.models.cells.mgu",
 })
+
+sources.add(sorted(FOLDER.glob("*.cpp")))  # each cell's compiled loops, built into compute's module

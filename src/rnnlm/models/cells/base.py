@@ -19,7 +19,7 @@ Layer out: outputs (B, T, H) (the hidden state of every step) and the final stat
 - `forward` (training, scoring, the prompt of stateful sampling): the input-side products of all
   time steps in one matrix product (`input_products`), then `scan`: per step only the hidden-side
   products and the gates. A cell without loops scans through autograd (`autograd_scan`); a cell with
-  loops runs those `rnnlm.backend` chooses for the device, with a backward pass written by hand
+  loops runs those `rnnlm.compute.backend` chooses for the device, with a backward pass written by hand
   (autograd records none of the per-step work).
 
 How the hand-written scans save work: the forward overwrites its input products with the activated
@@ -45,8 +45,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from rnnlm import backend
-from rnnlm.models.products import linear, t_addmm, t_mm
+from rnnlm.compute import backend
+from rnnlm.compute.products import linear, t_addmm, t_mm
 from rnnlm.models import state as states
 from rnnlm.models.state import LayerState
 
@@ -217,7 +217,7 @@ class CellSpec:
     """A cell's registry entry: its name in params.yaml (`cell:`) and its layer; for a cell with loops
     of its own, its sampling step's weight layout, its Python loops (the reference of its compiled and
     Triton loops) and the module of its Triton loops. Its compiled loops, if any, come from its `.cpp`
-    file beside it, which the C++ build finds and which registers them under `name` (`rnnlm.native`).
+    file beside it, which the C++ build finds and which registers them under `name` (`rnnlm.compute.build`).
     A cell without loops (`python_loops` None) runs its `recur` through autograd everywhere."""
 
     name: str
@@ -243,7 +243,7 @@ class CellSpec:
 
 
 def loops_for(spec: CellSpec, tensor: Tensor) -> Loops | None:
-    """The loops of `spec`'s cell that run on `tensor`'s device, as `rnnlm.backend` decides (None for a
+    """The loops of `spec`'s cell that run on `tensor`'s device, as `rnnlm.compute.backend` decides (None for a
     cell without loops: autograd runs it)."""
     return backend.loops(spec, tensor.device)
 

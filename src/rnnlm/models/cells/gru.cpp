@@ -2,7 +2,7 @@
 // gru.py (its Python twin, with the same inputs, outputs and maths), registered as "gru".
 // Gate order in a row: r, z, n (the candidate).
 
-#include "kernels.h"
+#include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
 
 namespace rnnlm {
 namespace {

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from rnnlm.models.products import t_mm
+from rnnlm.compute.products import t_mm
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,

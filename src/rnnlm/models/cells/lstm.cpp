@@ -2,7 +2,7 @@
 // lstm.py (its Python twin, with the same inputs, outputs and maths), registered as "lstm".
 // Gate order in a row: i, f, o, g. The state has two entries, h and c.
 
-#include "kernels.h"
+#include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
 
 namespace rnnlm {
 namespace {

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 FOLDER = Path(__file__).parent
 PACKAGE = "rnnlm.models.cells"
-SHARED = ("registry.py", "base.py", "kernels.h", "kernels.cpp", "triton_common.py")
-"""What every cell's models run from this folder: the machinery, the layers' scan and stepper, the
-compiled loops' shared kernels and the Triton helpers."""
+SHARED = ("registry.py", "base.py", "triton_common.py")
+"""What every cell's models run from this folder: the machinery, the layers' scan and stepper and
+the Triton helpers (the compiled loops' shared kernels are `rnnlm.compute`'s)."""
 
 
 class Registry(MutableMapping[str, "CellSpec"]):

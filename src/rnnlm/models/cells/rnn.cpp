@@ -1,7 +1,7 @@
 // The tanh RNN's loops for CPU tensors: the scan's forward and backward and the one-token step of
 // rnn.py (its Python twin, with the same inputs, outputs and maths), registered as "rnn".
 
-#include "kernels.h"
+#include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
 
 namespace rnnlm {
 namespace {

@@ -1,10 +1,10 @@
 // The Python module of the compiled code: every registered cell's loops (models/cells/*.cpp) and the
-// generation loop (inference/generation.cpp).
+// generation loop (compute/cpp/generation.cpp).
 
-#include "../models/cells/kernels.h"
+#include "kernels.h"
 
 namespace rnnlm {
-void bind_generation(pybind11::module_& m);  // inference/generation.cpp
+void bind_generation(pybind11::module_& m);  // compute/cpp/generation.cpp
 }  // namespace rnnlm
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -13,7 +13,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (const auto& [name, kernels] : rnnlm::cell_registry()) kernels.bind(m);
   rnnlm::bind_generation(m);
   m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM of one step's products ('mkl' or 'onednn'), the "
-        "fewest multiply-adds a product needs to go to oneDNN and to use the thread pool (rnnlm.gemm_choice.tell calls it)",
+        "fewest multiply-adds a product needs to go to oneDNN and to use the thread pool (rnnlm.compute.gemm_choice.tell calls it)",
         pybind11::arg("name"), pybind11::arg("min_onednn_macs"), pybind11::arg("min_parallel_macs"));
   m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM of one step's products now");
   m.def("min_onednn_macs", &rnnlm::min_onednn_macs, "the fewest multiply-adds a product needs to go to oneDNN");

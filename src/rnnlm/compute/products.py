@@ -1,5 +1,5 @@
 """The models' matrix products outside the compiled loops, through the float32 GEMMs that
-`rnnlm.gemm_choice.gemm_for` chooses.
+`rnnlm.compute.gemm_choice.gemm_for` chooses.
 
 The products over all T*B rows of a sequence (each layer's input products, the output layer, and in
 the backward pass their gradients and the hidden-side weight gradients) are most of a training
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rnnlm import backend, gemm_choice
+from rnnlm.compute import backend, gemm_choice
 
 _onednn_linear = torch.ops.mkldnn._linear_pointwise
 

@@ -1,13 +1,13 @@
-"""The compiled C++ code, built on first use with PyTorch's own extension builder.
+"""The compiled C++ module, built on first use with PyTorch's own extension builder.
 
-Its sources are real translation units, each compiling on its own against one shared header
-(`models/cells/kernels.h`): `models/cells/kernels.cpp` (the hidden-side product, the registry of
-cells), every other `models/cells/*.cpp` (a cell's loops, which register themselves under the cell's
-name: the build finds them by their folder, and a cell without one runs its Python loops),
-`inference/generation.cpp` (a whole model's step, the choice of the next token and the generation
-loop, dispatching each layer to its cell through the registry) and `bindings.cpp` here (the Python
-names). Nothing here imports model code. `compiled()` builds or loads them once per process; which loops run where is
-decided in `rnnlm.backend`, not here.
+Its sources are real translation units, each compiling on its own against one shared header,
+`cpp/kernels.h`; which files they are is `rnnlm.compute.sources`'s: the shared kernels and the
+registry of cells (`cpp/kernels.cpp`), each cell's loops (`rnnlm/models/cells/NAME.cpp`, added by
+that package; each registers itself under its cell's name, and a cell without one runs its Python
+loops), generation (`cpp/generation.cpp`: a whole model's step, the choice of the next token and the
+generation loop, dispatching each layer to its cell through the registry) and the Python names
+(`cpp/bindings.cpp`). Nothing here imports model code. `compiled()` builds or loads them once per
+process; which loops run where is decided in `rnnlm.compute.backend`, not here.
 
 The first call compiles with the machine's C++ compiler and ninja (about a minute on two cores) into
 PyTorch's extension cache (`~/.cache/torch_extensions`, or `TORCH_EXTENSIONS_DIR`); later processes
@@ -32,17 +32,8 @@ from types import ModuleType
 
 import torch
 
-PACKAGE = Path(__file__).parents[1]
-HEADERS = [PACKAGE / "models" / "cells" / "kernels.h"]
-CELLS_DIR = PACKAGE / "models" / "cells"
+from rnnlm.compute.sources import HEADERS, freeze
 
-
-def sources() -> list[Path]:
-    """The translation units, one per file: the shared kernels, each cell's (its folder's other
-    .cpp files, in name order), generation, bindings."""
-    cells = sorted(path for path in CELLS_DIR.glob("*.cpp") if path.name != "kernels.cpp")
-    return [CELLS_DIR / "kernels.cpp", *cells, PACKAGE / "inference" / "generation.cpp",
-            Path(__file__).parent / "bindings.cpp"]
 
 # The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.
 _CAPABILITY_FLAGS = {
@@ -63,7 +54,7 @@ def compiled() -> ModuleType | None:
     from torch.utils import cpp_extension
 
     capability = _capability()
-    files = sources()
+    files = freeze()
     source = "\n".join(path.read_text(encoding="utf-8") for path in [*HEADERS, *files])
     cflags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
     # The build also depends on which PyTorch it compiles against (its headers' path is in the build
@@ -86,15 +77,18 @@ def compiled() -> ModuleType | None:
 
 
 def _staged(files: list[Path], name: str) -> list[Path]:
-    """Copies of `files` under the extension cache, in a folder named after the build, keeping their
-    places relative to the package (their #include paths are relative). Every copy of the repository
-    then builds from the same paths: ninja sees nothing new and loads the library it built before."""
+    """Copies of `files` in one folder under the extension cache named after the build (each unit
+    includes `kernels.h` by name, which this folder holds). Every copy of the repository then builds
+    from the same paths: ninja sees nothing new and loads the library it built before."""
     from torch.utils import cpp_extension
 
+    names = [path.name for path in files]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"two C++ sources share a file name: {sorted(n for n in names if names.count(n) > 1)}")
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()) / f"{name}_sources"
     staged = []
     for path in files:
-        copy = root / path.relative_to(PACKAGE)
+        copy = root / path.name
         text = path.read_text(encoding="utf-8")
         if not copy.exists() or copy.read_text(encoding="utf-8") != text:
             copy.parent.mkdir(parents=True, exist_ok=True)

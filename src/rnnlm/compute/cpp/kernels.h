@@ -1,5 +1,5 @@
-// What the cells' compiled loops share (gru.cpp, lstm.cpp, rnn.cpp beside this file, and
-// rnnlm/inference/generation.cpp): vectorised row helpers, the hidden-side product, and the registry
+// What the cells' compiled loops share (rnnlm/models/cells/gru.cpp, lstm.cpp, rnn.cpp, and
+// generation.cpp beside this file): vectorised row helpers, the hidden-side product, and the registry
 // through which each cell's file makes its loops known by name.
 //
 // Each cell's file has the same inputs, outputs and maths as its Python loops (tests hold the two to
@@ -9,7 +9,7 @@
 // - each step's elementwise work is one pass over the step's rows (where the Python loop makes five
 //   to ten ATen calls), with ATen's vectorised exp/tanh (at::vec::Vectorized, the code behind
 //   torch.sigmoid and torch.tanh) and at::parallel_for over the batch rows;
-// - the matrix products go through the float32 GEMM that rnnlm.gemm_choice chose for this machine's
+// - the matrix products go through the float32 GEMM that rnnlm.compute.gemm_choice chose for this machine's
 //   per-step products (MKL or oneDNN, both exact float32; set_gemm below), the hidden-side one of a
 //   scan packed once per sequence into the GEMM's own layout (StepProduct).
 //
@@ -123,7 +123,7 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
 // where it is built), from how many multiply-adds a product goes to oneDNN when it is chosen, and from
-// how many it may use the thread pool: rnnlm.gemm_choice decides all three (its GEMM rule, its
+// how many it may use the thread pool: rnnlm.compute.gemm_choice decides all three (its GEMM rule, its
 // MIN_ONEDNN_MACS and MIN_PARALLEL_STEP_MACS) and hands them over in one call, set_gemm. Until then
 // every product runs through MKL, on the thread pool.
 enum class Gemm { mkl, onednn };
@@ -155,7 +155,7 @@ class OnCallingThread {
 bool on_calling_thread(int64_t macs);
 
 // Whether one step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen, and at
-// least min_onednn_macs multiply-adds (the same rule as rnnlm.gemm_choice.onednn_for).
+// least min_onednn_macs multiply-adds (the same rule as rnnlm.compute.gemm_choice.onednn_for).
 bool step_uses_onednn(const Tensor& x, const Tensor& w_t);
 
 // x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32, W is
@@ -183,7 +183,7 @@ Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t);
 
 // a (M, N), b (M, K) -> a^T b (N, K) through oneDNN's matmul, which reads a transposed operand in
 // place (PyTorch's linear op copies it first); with `c` (N, K): c += a^T b, in place. float32 only,
-// and only where PyTorch lets oneDNN's matmul take float32 (rnnlm.gemm_choice.onednn_matmul_available:
+// and only where PyTorch lets oneDNN's matmul take float32 (rnnlm.compute.gemm_choice.onednn_matmul_available:
 // on x86, a CPU with AVX-512); called for the large products, whatever set_gemm chose.
 Tensor onednn_t_addmm(const std::optional<Tensor>& c, const Tensor& a, const Tensor& b);
 

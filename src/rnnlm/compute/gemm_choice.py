@@ -6,7 +6,7 @@ MKL or oneDNN, both exact float32. There are two kinds of product, and `gemm_for
 library for each (a `Gemms`):
 
 - `large`: the products over all T*B rows of a sequence (each layer's input products, the output
-  layer, the weight gradients: `rnnlm.models.products`), most of a training step's work;
+  layer, the weight gradients: `rnnlm.compute.products`), most of a training step's work;
 - `step`: the products of one time step, B rows (the scans' hidden-side products, every product
   of the sampling step: the compiled loops and the Python stepper).
 
@@ -16,7 +16,7 @@ threshold are here only; the compiled code receives both in one call, when it is
 whenever `use_gemm` changes the choice, together with `MIN_PARALLEL_STEP_MACS`: the per-step products
 of the compiled loops smaller than that run on the calling thread, not the thread pool.
 
-The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (`rnnlm.cpu`; measured
+The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (`rnnlm.compute.cpu`; measured
 per machine in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
 
 - `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
@@ -25,7 +25,7 @@ per machine in `reports/speed/`, each with the four choices timed side by side: 
   AVX-512 there and oneDNN does;
 - another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
   the per-step ones, each the faster there. oneDNN's matmul, which reads a transposed operand in
-  place, also refuses float32 without AVX-512 there (`rnnlm.models.products` then copies it).
+  place, also refuses float32 without AVX-512 there (`rnnlm.compute.products` then copies it).
 
 Either library falls back to the other when the PyTorch build lacks it. The same CPU always gives
 the same choice, so a machine's runs repeat themselves bit for bit. `use_gemm(gemms)` overrides the
@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import torch
 
-from rnnlm import cpu, native
+from rnnlm.compute import build, cpu
 from rnnlm.errors import RnnlmError
 
 GEMMS = ("mkl", "onednn")
@@ -118,8 +118,8 @@ def use_gemm(gemms: Gemms | None) -> Gemms | None:
     choice it replaces (None: the machine's), to hand back to it afterwards."""
     global _chosen
     previous, _chosen = _chosen, gemms
-    if native.compiled.cache_info().currsize and native.compiled() is not None:  # loaded already: tell it
-        tell(native.compiled())
+    if build.compiled.cache_info().currsize and build.compiled() is not None:  # loaded already: tell it
+        tell(build.compiled())
     return previous
 
 

@@ -8,7 +8,7 @@
 //
 // Each layer's step is its cell's, found by name in the registry of compiled cells (kernels.h).
 
-#include "../models/cells/kernels.h"
+#include "kernels.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/DistributionsHelper.h>

@@ -1,7 +1,7 @@
 """The one switch that decides which loops run the recurrences. Everything asks it.
 
 Backends:
-- "cpp": the compiled C++ loops (`rnnlm.native`): on the CPU, when the build succeeds;
+- "cpp": the compiled C++ loops (`rnnlm.compute.build`): on the CPU, when the build succeeds;
 - "triton": each step's elementwise work fused into Triton kernels, products in cuBLAS: on CUDA,
   when Triton imports;
 - "python": the cells' Python loops over ATen calls: the reference, and what runs everywhere else
@@ -14,7 +14,7 @@ module (the whole-model sampling step and generation loop) where "cpp" runs and 
 compiled loops.
 
 The float32 GEMM library each kind of product runs through on the CPU is chosen in
-`rnnlm.gemm_choice`; this module tells the compiled code that choice when it first loads it. Tests
+`rnnlm.compute.gemm_choice`; this module tells the compiled code that choice when it first loads it. Tests
 choose a backend by replacing `backend_for` (fixtures in `tests/conftest.py`).
 """
 
@@ -28,7 +28,7 @@ from types import ModuleType
 
 import torch
 
-from rnnlm import gemm_choice, native
+from rnnlm.compute import build, gemm_choice
 
 CPU = torch.device("cpu")
 
@@ -63,7 +63,7 @@ def triton_available() -> bool:
 @cache
 def _compiled() -> ModuleType | None:
     """The compiled module (None when it did not build), told the CPU's GEMM choice when first loaded."""
-    module = native.compiled()
+    module = build.compiled()
     if module is not None:
         gemm_choice.tell(module)
     return module

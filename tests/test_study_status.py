@@ -67,7 +67,8 @@ def test_a_running_entry_with_a_live_worker_is_running_and_nothing_needs_continu
 def test_the_queues_worker_count_is_read_from_dvc(monkeypatch, tmp_path):
     table = ("Task     Name             Created    Status\n"
              "8cb310c  astra_beta-seed3 03:38 PM   Running\n"
-             "a1b2c3d  astra_beta-seed4 03:39 PM   Queued\n\n"
+             "a1b2c3d  astra_beta-seed4 03:39 PM   Queued\n"
+             "1d074cf  astra_beta-seed3 01:12 PM   Failed\n\n"  # its earlier, killed attempt
              "Worker status: 0 active, 0 idle\n")
     monkeypatch.setattr(study_status.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=table, stderr=""))

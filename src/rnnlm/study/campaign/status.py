@@ -42,7 +42,16 @@ def _local_queue(repo: Path) -> tuple[dict[str, str], int | None]:
     rows = [line.split() for line in lines[1:] if line and not line.startswith("Worker status:")]
     workers = next((line for line in lines if line.startswith("Worker status:")), "")
     active = re.search(r"(\d+) active", workers)
-    return {words[1]: words[-1].lower() for words in rows if len(words) >= 3}, int(active[1]) if active else None
+    states: dict[str, str] = {}
+    for words in (words for words in rows if len(words) >= 3):  # a run queued again is listed twice:
+        state = words[-1].lower()                                  # its live entry tells, not the dead one
+        if RANK.get(state, 0) >= RANK.get(states.get(words[1], ""), 0):
+            states[words[1]] = state
+    return states, int(active[1]) if active else None
+
+
+RANK = {"running": 2, "queued": 1}
+"""Which of a name's entries `_local_queue` keeps: the running one, else the queued one, else the last."""
 
 
 def _live(repo: Path) -> dict[tuple[str, int, float], str]:

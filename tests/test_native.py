@@ -308,7 +308,7 @@ def test_an_unknown_gemm_is_refused_by_the_compiled_module():
         build.compiled().set_gemm("blis", gemm_choice.MIN_ONEDNN_MACS, gemm_choice.MIN_PARALLEL_STEP_MACS)
 
 
-def test_a_source_added_after_the_build_is_refused_in_one_line(monkeypatch, tmp_path):
+def test_a_source_added_after_the_build_or_under_a_taken_name_is_refused_in_one_line(monkeypatch, tmp_path):
     """The cells' package adds its units when imported, before any build; one added later would be
     missing from the module already built, so it is refused, naming the file."""
     from rnnlm.compute import sources
@@ -318,6 +318,8 @@ def test_a_source_added_after_the_build_is_refused_in_one_line(monkeypatch, tmp_
     with pytest.raises(RuntimeError, match=r"late\.cpp: added to the compiled module after it was built"):
         sources.add([late])
     sources.add([path for path in sources.units() if path.parent == CELLS_DIR])  # already there: nothing added
+    with pytest.raises(RuntimeError, match=r"another C\+\+ source is named gru\.cpp"):
+        sources.add([tmp_path / "gru.cpp"])  # the build compiles every unit in one folder
     assert late not in sources.units()
     assert sources.units()[0].name == "kernels.cpp" and [p.name for p in sources.units()[-2:]] == [
         "generation.cpp", "bindings.cpp"]

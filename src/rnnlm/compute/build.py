@@ -34,7 +34,6 @@ import torch
 
 from rnnlm.compute.sources import HEADERS, freeze
 
-
 # The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.
 _CAPABILITY_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512"],
@@ -78,13 +77,10 @@ def compiled() -> ModuleType | None:
 
 def _staged(files: list[Path], name: str) -> list[Path]:
     """Copies of `files` in one folder under the extension cache named after the build (each unit
-    includes `kernels.h` by name, which this folder holds). Every copy of the repository then builds
+    includes `kernels.h` by name, which this folder holds; `sources.add` keeps the names apart). Every copy of the repository then builds
     from the same paths: ninja sees nothing new and loads the library it built before."""
     from torch.utils import cpp_extension
 
-    names = [path.name for path in files]
-    if len(set(names)) != len(names):
-        raise RuntimeError(f"two C++ sources share a file name: {sorted(n for n in names if names.count(n) > 1)}")
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()) / f"{name}_sources"
     staged = []
     for path in files:

@@ -21,19 +21,24 @@ _frozen = False
 
 
 def add(paths: Iterable[Path]) -> None:
-    """Add translation units (a cell's compiled loops). Adding after the module was built is a
-    RuntimeError: that build would silently lack them."""
-    new = [Path(path) for path in paths if Path(path) not in _added]
-    if new and _frozen:
-        raise RuntimeError(f"{new[0]}: added to the compiled module after it was built; expected its package "
-                           "imported before the first build")
-    _added.extend(new)
+    """Add translation units (a cell's compiled loops). RuntimeError for a file whose name another
+    unit has (the build compiles them in one folder) or one added after the module was built (that
+    build would silently lack it)."""
+    for path in map(Path, paths):
+        if path in _added:
+            continue
+        if path.name in {unit.name for unit in units()}:
+            raise RuntimeError(f"{path}: another C++ source is named {path.name}; expected one name per unit")
+        if _frozen:
+            raise RuntimeError(f"{path}: added to the compiled module after it was built; expected its package "
+                               "imported before the first build")
+        _added.append(path)
 
 
 def units() -> list[Path]:
     """The files to compile: the shared kernels, the added ones (in name order), generation, the bindings."""
-    return [CPP / "kernels.cpp", *sorted(_added, key=lambda path: (path.name, str(path))),
-            CPP / "generation.cpp", CPP / "bindings.cpp"]
+    return [CPP / "kernels.cpp", *sorted(_added, key=lambda path: path.name), CPP / "generation.cpp",
+            CPP / "bindings.cpp"]
 
 
 def freeze() -> list[Path]:

@@ -32,6 +32,10 @@ from rnnlm.study.campaign.slurm import pushed_names, slurm_states
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
 
 
+RANK = {"running": 2, "queued": 1}
+"""Which of a name's entries `_local_queue` keeps: the running one, else the queued one, else the last."""
+
+
 def _local_queue(repo: Path) -> tuple[dict[str, str], int | None]:
     """name -> status of DVC's local queue, and how many of its workers are alive (empty and None
     when DVC cannot tell)."""
@@ -43,15 +47,12 @@ def _local_queue(repo: Path) -> tuple[dict[str, str], int | None]:
     workers = next((line for line in lines if line.startswith("Worker status:")), "")
     active = re.search(r"(\d+) active", workers)
     states: dict[str, str] = {}
-    for words in (words for words in rows if len(words) >= 3):  # a run queued again is listed twice:
-        state = words[-1].lower()                                  # its live entry tells, not the dead one
+    for words in (words for words in rows if len(words) >= 3):  # a run queued again is listed twice
+        state = words[-1].lower()
         if RANK.get(state, 0) >= RANK.get(states.get(words[1], ""), 0):
             states[words[1]] = state
     return states, int(active[1]) if active else None
 
-
-RANK = {"running": 2, "queued": 1}
-"""Which of a name's entries `_local_queue` keeps: the running one, else the queued one, else the last."""
 
 
 def _live(repo: Path) -> dict[tuple[str, int, float], str]:

@@ -24,7 +24,7 @@ import torch
 
 from rnnlm.compute import cpu, gemm_choice
 from rnnlm.atomic import write_text_atomic
-from rnnlm.models.config import ModelConfig, config_from_params
+from rnnlm.models.config import ModelConfig
 from rnnlm.params import load_params
 
 
@@ -173,7 +173,7 @@ def model_configs(params_path: str, names: list[str], shrink: int) -> dict[str, 
     for name in names:
         entry = params.models[name]
         vocab = params.tokenizer.vocab_size if entry.tokens == "sentencepiece" else CHAR_VOCAB
-        configs[name] = shrunk(config_from_params(entry, vocab), shrink)
+        configs[name] = shrunk(entry.model_config(vocab), shrink)
     return configs
 
 

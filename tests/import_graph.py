@@ -20,15 +20,15 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def _imported(path: Path, package: str) -> set[str]:
-    """The library modules `path` imports, at its top or inside its functions (not those under
-    `if TYPE_CHECKING:`, which never run)."""
+def _imported(path: Path, package: str, typing: bool = False) -> set[str]:
+    """The library modules `path` imports, at its top or inside its functions; those under
+    `if TYPE_CHECKING:`, which never run, only with `typing`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
                    for sub in ast.walk(node)}
     names = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
+        if id(node) in typing_only and not typing:
             continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
@@ -97,19 +97,20 @@ def _module_name(path: Path) -> tuple[str, str]:
     return ".".join(parts), ".".join(parts[:-1])
 
 
-def _module_graph() -> dict[str, set[str]]:
-    """Library module -> the library modules it imports."""
+def module_graph() -> dict[str, set[str]]:
+    """Library module -> the library modules it imports (type-only imports included: a circle drawn
+    through them is still one a reader has to untangle)."""
     graph = {}
     for path in SRC.rglob("*.py"):
         name, package = _module_name(path)
-        graph[name] = {child for child in _imported(path, package) if child != name}
+        graph[name] = {child for child in _imported(path, package, typing=True) if child != name}
     return graph
 
 
 def import_cycles() -> list[list[str]]:
     """Every cycle of imports among the library's modules (a strongly connected group of two or
     more), each as its sorted module names."""
-    return _cycles(_module_graph())
+    return _cycles(module_graph())
 
 
 def _package(module: str) -> str | None:
@@ -123,7 +124,7 @@ def package_cycles() -> list[list[str]]:
     """Every cycle among rnnlm's subpackages (data, models, inference, training, evaluation, ...): a
     package that imports, through others, one that imports it."""
     graph: dict[str, set[str]] = {}
-    for module, children in _module_graph().items():
+    for module, children in module_graph().items():
         here = _package(module)
         if here is not None:
             graph.setdefault(here, set()).update(p for p in map(_package, children) if p not in (None, here))

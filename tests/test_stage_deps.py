@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.import_graph import compiled_files, import_cycles, library_files, module_file, package_cycles
+from tests.import_graph import compiled_files, import_cycles, library_files, module_file, module_graph, package_cycles
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 CELLS_DIR = REPO_ROOT / "src/rnnlm/models/cells"
@@ -154,8 +154,18 @@ def test_a_stage_that_runs_more_than_its_deps_fails_this_check():
 
 
 def test_the_library_has_no_import_cycle():
-    """Imports inside functions count (they only hide a cycle); `if TYPE_CHECKING:` ones do not."""
+    """Imports inside functions count (they only hide a cycle), and `if TYPE_CHECKING:` ones too (a
+    circle drawn through type hints is still one to untangle)."""
     assert import_cycles() == []
+
+
+def test_the_compute_package_imports_nothing_above_it():
+    """compute is the lowest floor: the cells, models, training and inference import it, and it
+    imports none of them (only the shared errors), type-only imports included."""
+    graph = module_graph()
+    upward = {(module, child) for module, children in graph.items() if module.startswith("rnnlm.compute")
+              for child in children if not child.startswith("rnnlm.compute") and child not in ("rnnlm", "rnnlm.errors")}
+    assert sorted(upward) == []
 
 
 def test_no_package_imports_one_that_imports_it_back():

@@ -19,7 +19,7 @@ from typing import Any
 
 from rnnlm.errors import ParamsError
 from rnnlm.models.cells import CELLS
-from rnnlm.models.config import WINDOW_MLP
+from rnnlm.models.config import WINDOW_MLP, ModelConfig
 from rnnlm.params_base import (DataParams, TokenizerParams, build, choice, describe_value, flag, non_negative_float,
                                open_fraction, positive_float, positive_int, probability_below_one, read_yaml, seed,
                                setting, text, text_list)
@@ -88,6 +88,12 @@ class ModelParams:
     window: int = setting(int, "a non-negative integer", lambda v: v >= 0, default=0)
     # This entry's own training settings over `train:` (`train: {state: carried}`); none by default.
     train: ModelTraining = field(default=ModelTraining(), metadata={"omitted_at_default": True})
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The architecture this entry describes, for a vocabulary of `vocab_size` (what a checkpoint stores)."""
+        return ModelConfig(cell=self.cell, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
+                           layers=self.layers, dropout=self.dropout, dropout_mode=self.dropout_mode,
+                           layer_norm=self.layer_norm, window=self.window)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 `cell:` names either a recurrent cell of the registry (`rnnlm.models.cells.CELLS`: the model is a
 stack of that cell's layers) or a model kind of its own that is not a cell: `WINDOW_MLP`, the
 fixed-window MLP, the only one today. `ModelConfig.kind` says which ("recurrent" or "mlp");
-`rnnlm.models.kinds` maps each kind to its model class. The stored form stays `cell: mlp`, so
+`rnnlm.models.kinds` maps each kind to its model class; a params.yaml entry gives its config with
+`ModelParams.model_config(vocab_size)`. The stored form stays `cell: mlp`, so
 params.yaml and every checkpoint read as before.
 """
 
@@ -11,12 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from rnnlm.errors import RnnlmError
-
-if TYPE_CHECKING:
-    from rnnlm.params import ModelParams
 
 WINDOW_MLP = "mlp"
 """The `cell:` value of the fixed-window MLP (Bengio et al., 2003), a model kind rather than a cell."""
@@ -62,9 +58,3 @@ class ModelConfig:
             raise RnnlmError(f"model config {raw!r}: expected a cell name and a dropout in [0, 1)")
         return cls(**raw)  # type: ignore[arg-type]
 
-
-def config_from_params(model: ModelParams, vocab_size: int) -> ModelConfig:
-    """The architecture the params entry `model` describes, for a vocabulary of `vocab_size`."""
-    return ModelConfig(cell=model.cell, vocab_size=vocab_size, embd=model.embd, hidden=model.hidden,
-                       layers=model.layers, dropout=model.dropout, dropout_mode=model.dropout_mode,
-                       layer_norm=model.layer_norm, window=model.window)

@@ -15,7 +15,7 @@ from typing import Union
 import torch
 from torch import nn
 
-from rnnlm.models.config import RECURRENT, WINDOW_MLP, ModelConfig, config_from_params
+from rnnlm.models.config import RECURRENT, WINDOW_MLP, ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.models.window_mlp import WindowMLP
 from rnnlm.params import ModelParams
@@ -54,7 +54,7 @@ def on_meta() -> Iterator[None]:
 
 def build_model(model: ModelParams, vocab_size: int) -> LanguageModel:
     """The model that the params entry `model` describes, for a vocabulary of `vocab_size`."""
-    return model_from_config(config_from_params(model, vocab_size))
+    return model_from_config(model.model_config(vocab_size))
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -45,7 +45,7 @@ from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.compute.device import device_for
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.scoring import batch_nll, windowed_nll
-from rnnlm.models.config import WINDOW_MLP, config_from_params
+from rnnlm.models.config import WINDOW_MLP
 from rnnlm.models.state import from_lists, to_lists
 from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict, training_settings
@@ -367,7 +367,7 @@ def train(
 
     checkpoint = Checkpoint(
         model_name=name,
-        model_config=config_from_params(entry, tokenizer.vocab_size),
+        model_config=entry.model_config(tokenizer.vocab_size),
         model_state={k: v.detach().cpu() for k, v in model.state_dict().items()},
         tokenizer_state=tokenizer.state(),
         params=as_dict(params),

@@ -107,3 +107,13 @@ def test_a_carried_run_killed_mid_epoch_resumes_to_the_same_bytes(raw_params, tm
     for path, result in zip(paths, (whole, resumed)):
         save_checkpoint(path, result.checkpoint)
     assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_the_shared_carried_state_is_refused_for_the_window_model_alone(raw_params):
+    """`train.state: carried` for every model is fine for the recurrent ones; the fixed-window model's
+    settings are refused, naming the shared key (one rule, in params.py, for both places it is set)."""
+    raw_params["train"]["state"] = "carried"
+    params = parse_params(raw_params)
+    assert training_settings(params, "astra_alpha").state == "carried"
+    with pytest.raises(Exception, match=r"^train\.state: 'carried' needs a recurrent cell; cell 'mlp' has no state"):
+        training_settings(params, "bengio_mlp")

@@ -172,16 +172,24 @@ def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
         if model.cell != WINDOW_MLP and model.window != 0:
             raise ParamsError(f"{path}.{name}.window: only cell {WINDOW_MLP!r} has a window; remove it for cell "
                               f"{model.cell!r}")
-        if model.cell == WINDOW_MLP and model.train.state == "carried":
-            raise ParamsError(f"{path}.{name}.train.state: 'carried' needs a recurrent cell; cell {WINDOW_MLP!r} "
-                              f"has no state to carry")
+        _check_state(model, model.train.state, f"{path}.{name}.train.state")
     return MappingProxyType(models)
 
 
+def _check_state(model: ModelParams, state: str | None, key: str) -> None:
+    """'carried' needs a recurrent cell: the fixed-window model has no state to carry (`key`: the
+    setting that asked for it)."""
+    if state == "carried" and model.cell == WINDOW_MLP:
+        raise ParamsError(f"{key}: 'carried' needs a recurrent cell; cell {WINDOW_MLP!r} has no state to carry")
+
+
 def training_settings(params: Params, name: str) -> TrainParams:
-    """The `train:` settings of model `name`: the shared ones with its entry's own over them."""
+    """The `train:` settings of model `name`: the shared ones with its entry's own over them.
+    ParamsError when the shared `train.state: carried` falls on the fixed-window model."""
     own = {key: value for key, value in as_dict(params.models[name].train).items() if value is not None}
-    return dataclasses.replace(params.train, **own)
+    settings = dataclasses.replace(params.train, **own)
+    _check_state(params.models[name], settings.state, "train.state")  # an entry's own was checked at load
+    return settings
 
 
 def model_entry(raw: Any, path: str = "model") -> ModelParams:

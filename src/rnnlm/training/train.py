@@ -45,7 +45,6 @@ from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.compute.device import device_for
 from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.scoring import batch_nll, windowed_nll
-from rnnlm.models.config import WINDOW_MLP
 from rnnlm.models.state import from_lists, to_lists
 from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict, training_settings
@@ -255,9 +254,7 @@ def train(
     `on_progress`: called with the run's `Progress` after each save of its resume file (each epoch's
     end and the saves inside an epoch), for a report of the run while it trains."""
     entry, settings = params.models[name], training_settings(params, name)
-    carried = settings.state == "carried"
-    if carried and entry.cell == WINDOW_MLP:
-        raise TrainingError(f"train.state 'carried' needs a recurrent cell; {name} is the fixed-window model")
+    carried = settings.state == "carried"  # never for the fixed-window model: training_settings refuses it
     device = device or device_for(settings)
     train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tokenizer.encode(val_text), dtype=torch.long)

@@ -55,8 +55,8 @@ def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[
     """A closure doing only the per-token matrix products of `model`'s step, on the matrices as the
     step reads them (transposed views of the weights): (batch, H) x (H, G*H) per hidden-side and
     upper input-side matrix, (batch, H) x (H, V) for the head. The first layer's input side is a
-    table lookup."""
-    matrices = [layer.cell.weight_hh for layer in model.layers]
+    table lookup; a vector recurrence has no hidden-side product."""
+    matrices = [layer.cell.weight_hh for layer in model.layers if layer.cell.recurrence == "matrix"]
     matrices += [layer.cell.weight_ih for layer in model.layers[1:]]
     matrices.append(model.head.weight)
     matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them

@@ -77,7 +77,7 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
     backward, each through the library our step uses for its kind, nothing else), and their count
     of multiply-adds: the time no implementation doing these products in float32 can beat.
 
-    Per layer: the scan's hidden-side products, `steps` of them forward on (batch, H) and `steps`
+    Per layer: the scan's hidden-side products (none for a vector recurrence), `steps` of them forward on (batch, H) and `steps`
     backward on (batch, G*H), with the weights packed per sequence as the scans pack them; the
     hidden-side weight gradient over all N = steps * batch rows; above the first layer, the input
     products, their input gradient and their weight gradient over N rows; for the first layer, the
@@ -99,11 +99,13 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
               functools.partial(t_mm, grad_out, x)]
     macs += 3 * n * hidden * vocab
     for i, layer in enumerate(model.layers):
-        w_ih, w_hh = layer.cell.weight_ih.detach(), layer.cell.weight_hh.detach()  # (G*H, I), (G*H, H)
-        gates = w_hh.shape[0]
+        w_ih, w_hh = layer.cell.weight_ih.detach(), layer.cell.weight_hh.detach()  # (G*H, I), (G*H, H) or (G*H)
+        gates = w_ih.shape[0]
         grad_gates = rand(n, gates)  # d pre-activations (N, G*H)
-        large.append(functools.partial(t_mm, grad_gates, x))  # d W_hh
-        macs += n * gates * hidden
+        matrix = layer.cell.recurrence == "matrix"  # a vector recurrence has no hidden-side product
+        if matrix:
+            large.append(functools.partial(t_mm, grad_gates, x))  # d W_hh
+            macs += n * gates * hidden
         if i == 0:
             emb = model.embedding.weight.detach()  # (V, E)
             large += [functools.partial(linear, emb, w_ih), functools.partial(t_mm, table_grad, emb),
@@ -113,9 +115,9 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
             large += [functools.partial(linear, x, w_ih), functools.partial(linear, grad_gates, w_ih.T),
                       functools.partial(t_mm, grad_gates, x)]
             macs += 3 * n * hidden * gates
-        groups = torch.split(w_hh, [k * hidden for k in CELLS[config.cell].hidden_products])
+        groups = torch.split(w_hh, [k * hidden for k in CELLS[config.cell].hidden_products]) if matrix else ()
         scans.append([(w, rand(batch, w.shape[0])) for w in groups])
-        macs += 2 * n * gates * hidden
+        macs += 2 * n * gates * hidden if matrix else 0
 
     def run() -> None:
         with torch.no_grad():

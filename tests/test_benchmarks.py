@@ -224,11 +224,13 @@ def test_training_products_alone_does_every_product_of_a_step_and_no_other(cell)
     from rnnlm.models.language_model import RecurrentLM
 
     config = ModelConfig(cell=cell, vocab_size=11, embd=5, hidden=6, layers=3)
-    gates = CELLS[cell].layer.cell_class.gates * config.hidden
+    cell_class = CELLS[cell].layer.cell_class
+    gates = cell_class.gates * config.hidden
     batch, steps = 3, 7
     n = batch * steps
+    matrix = cell_class.recurrence == "matrix"  # a vector recurrence has no hidden-side product
     forward = (config.vocab_size * config.embd * gates  # the first layer's table
-               + config.layers * n * config.hidden * gates  # hidden side, every layer
+               + matrix * config.layers * n * config.hidden * gates  # hidden side, every layer
                + (config.layers - 1) * n * config.hidden * gates  # input side above the first layer
                + n * config.hidden * config.vocab_size)  # output layer
     run, macs = training_speed.training_products_alone(RecurrentLM(config).double(), batch, steps)

@@ -1,8 +1,9 @@
-"""A cell is its own file plus one registry line. Two of them train through the library's training
-loop, sample in both modes and go through every measure of the evaluate stage: the minimal gated
-unit (`models/cells/mgu.py`: its maths alone, run by autograd) and the softsign RNN of
+"""A cell is its own file plus one registry line. Every registered cell trains through the library's
+training loop, samples in both modes and goes through every measure of the evaluate stage: among
+them the minimal gated unit (`models/cells/mgu.py`: its maths alone, run by autograd), the IndRNN
+(`models/cells/indrnn.py`: a vector recurrence and a ReLU, its maths alone) and the softsign RNN of
 tests/softsign_cell.py (hand-written Python loops, no compiled ones; registered by tests/conftest.py).
-(The equivalence tests that run on every registered cell run on both too.)"""
+(The equivalence tests that run on every registered cell run on them too.)"""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from rnnlm.models.cells import CELLS
 from tests.softsign_cell import SPEC as SOFTSIGN
 
 
-@pytest.mark.parametrize("name", ["mgu", SOFTSIGN.name])
+@pytest.mark.parametrize("name", CELLS)
 def test_a_new_cell_trains_samples_and_is_evaluated(name, raw_params, tmp_path):
+    """Every registered cell, so that one added tomorrow is held to this with no test to edit."""
     text = synthetic_play(12_000)
     split, tokenizer = split_corpus(text, 0.9), CharTokenizer(character_vocabulary(text))
     raw_params["models"]["astra_alpha"].update({"cell": name, "embd": 8, "hidden": 16, "layers": 2, "epochs": 2,
@@ -53,16 +55,19 @@ def test_a_new_cell_trains_samples_and_is_evaluated(name, raw_params, tmp_path):
     assert [point.k for point in curve][:3] == [1, 4, 16]
 
 
-def test_the_minimal_gated_unit_is_its_maths_in_a_few_lines():
-    """The worked example of docs/layout.md: no loops, no Function, no compiled or Triton file, and
-    the cell's file (its docstring aside) and its registry line under 40 lines."""
+@pytest.mark.parametrize("name", ["mgu", "indrnn"])
+def test_the_worked_examples_are_their_maths_in_a_few_lines(name):
+    """The worked examples of docs/layout.md (a matrix recurrence, a vector one): no loops, no
+    Function, no compiled or Triton file, each cell's file (its docstring aside) and its registry
+    line under 40 lines, shown in the page."""
+    import importlib
     from pathlib import Path
 
-    from rnnlm.models.cells import mgu
-
-    spec = CELLS["mgu"]
+    module = importlib.import_module(f"rnnlm.models.cells.{name}")
+    spec = CELLS[name]
     assert spec.python_loops is None and spec.triton_module is None and spec.state_entries == 1
-    source = Path(mgu.__file__).read_text()
+    source = Path(module.__file__).read_text()
     code = source[source.index('"""', 3) + 3 :].strip().splitlines()
     assert len(code) + 1 < 40, len(code)
-    assert not Path(mgu.__file__).with_suffix(".cpp").exists()
+    assert not Path(module.__file__).with_suffix(".cpp").exists()
+    assert f"models/cells/{name}.py" in (Path(__file__).parents[1] / "docs/layout.md").read_text()

@@ -61,6 +61,12 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def described_count(config: ModelConfig) -> int:
+    """The parameter count `config`'s kind of model declares for it (its `parameter_count`), built
+    from no weights: what `count_parameters` of the built model must equal."""
+    return MODELS[config.kind].parameter_count(config)
+
+
 def summary(model: LanguageModel, name: str) -> str:
     """A printable description: architecture, every parameter tensor, total and size as float32."""
     total = count_parameters(model)

@@ -8,6 +8,8 @@ feeds the prompt once and then one token at a time, passing the returned state b
 
 from __future__ import annotations
 
+import math
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -37,6 +39,17 @@ class RecurrentLM(nn.Module):
         self.between = nn.Dropout(config.dropout) if not drop_state and config.dropout > 0 else None
         self.norm = nn.LayerNorm(config.hidden) if config.layer_norm else None
         self.head = nn.Linear(config.hidden, config.vocab_size)
+
+    @staticmethod
+    def parameter_count(config: ModelConfig) -> int:
+        """The parameters `config` describes, from each part's declared shapes (the cell's own
+        `parameter_shapes`), without building anything: the embedding, the layers, the LayerNorm's
+        gain and bias, the head's weight and bias."""
+        cell = CELLS[config.cell].layer.cell_class
+        layers = sum(math.prod(shape) for i in range(config.layers) for shape in
+                     cell.parameter_shapes(config.embd if i == 0 else config.hidden, config.hidden).values())
+        norm = 2 * config.hidden if config.layer_norm else 0
+        return config.vocab_size * config.embd + layers + norm + (config.hidden + 1) * config.vocab_size
 
     def forward(self, tokens: Tensor, state: ModelState | None = None,
                 last_only: bool = False) -> tuple[Tensor, ModelState]:

@@ -37,6 +37,14 @@ class WindowMLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.hidden, config.vocab_size)
 
+    @staticmethod
+    def parameter_count(config: ModelConfig) -> int:
+        """The parameters `config` describes, without building anything: the embedding (a padding
+        row included), each hidden layer's weight and bias, the head's."""
+        widths = [config.window * config.embd] + [config.hidden] * config.layers
+        layers = sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+        return (config.vocab_size + 1) * config.embd + layers + (config.hidden + 1) * config.vocab_size
+
     def zero_state(self, batch: int, like: Tensor) -> Tensor:
         """A window of padding only: (B, window - 1)."""
         return like.new_full((batch, self.window - 1), self.pad)

@@ -27,6 +27,7 @@ CELLS = Registry({
     "lstm": "rnnlm.models.cells.lstm",
     "rnn": "rnnlm.models.cells.rnn",
     "mgu": "rnnlm.models.cells.mgu",
+    "indrnn": "rnnlm.models.cells.indrnn",
 })
 
 sources.add(sorted(FOLDER.glob("*.cpp")))  # each cell's compiled loops, built into compute's module

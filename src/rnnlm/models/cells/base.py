@@ -65,20 +65,35 @@ def uniform_(tensor: Tensor, fan_in: int) -> None:
 
 class Cell(nn.Module):
     """Every gate's input-side matrix stacked in `weight_ih` (G*H, I) with its bias `bias_ih` (G*H),
-    the hidden-side matrices stacked in `weight_hh` (G*H, H), initialised as nn.Linear's. Subclasses
-    set `gates` (and `state_entries` if the state is more than h) and write the cell's maths once:
-    `recur(gates_x (B, G*H), state) -> state`, one step from the input-side pre-activations."""
+    the hidden side stacked in `weight_hh` (G*H, H) or (G*H) (`recurrence`), initialised as
+    nn.Linear's. Subclasses set `gates` (and `state_entries` if the state is more than h,
+    `recurrence` if it is a vector, `parameter_shapes` if they have parameters of their own) and
+    write the cell's maths once: `recur(gates_x (B, G*H), state) -> state`, one step from the
+    input-side pre-activations. Nothing else is assumed of a cell: its outputs may be any values
+    (a ReLU's exact zeros included)."""
 
     gates: int
     state_entries: int = 1
+    recurrence: str = "matrix"
+    """The hidden side: "matrix", `weight_hh` (G*H, H), each gate reading every unit through a matrix
+    product; "vector", `weight_hh` (G*H), each unit reading back only its own value (u * h, the
+    diagonal recurrence of an IndRNN): no hidden-side product at all."""
+
+    @classmethod
+    def parameter_shapes(cls, input_size: int, hidden_size: int) -> dict[str, tuple[int, ...]]:
+        """Each parameter's shape, by name, in the order the cell registers them: what it builds and
+        what a model's parameter count is read from (`RecurrentLM.parameter_count`)."""
+        rows = cls.gates * hidden_size
+        hidden_side = (rows, hidden_size) if cls.recurrence == "matrix" else (rows,)
+        return {"weight_ih": (rows, input_size), "bias_ih": (rows,), "weight_hh": hidden_side}
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
+        if self.recurrence not in ("matrix", "vector"):
+            raise ValueError(f"{type(self).__name__}.recurrence {self.recurrence!r}: expected 'matrix' or 'vector'")
         self.input_size, self.hidden_size = input_size, hidden_size
-        rows = self.gates * hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(rows, input_size))
-        self.bias_ih = nn.Parameter(torch.empty(rows))
-        self.weight_hh = nn.Parameter(torch.empty(rows, hidden_size))
+        for name, shape in self.parameter_shapes(input_size, hidden_size).items():
+            self.register_parameter(name, nn.Parameter(torch.empty(shape)))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -226,17 +241,19 @@ class CellSpec:
     """None: `LayerStep`, one transposed view of all hidden-side matrices."""
     python_loops: Loops | None = None
     triton_module: str | None = None
-    hidden_products: tuple[int, ...] = ()
-    """The hidden-side products of one step, each in multiples of H output rows (empty: one product
-    of all G*H rows); what a step's products alone cost, for the speed benchmark."""
+    hidden_products: tuple[int, ...] | None = None
+    """The hidden-side products of one step, each in multiples of H output rows (None: one product
+    of all G*H rows for a matrix recurrence, none for a vector one); what a step's products alone
+    cost, for the speed benchmarks."""
 
     @property
     def state_entries(self) -> int:
         return self.layer.cell_class.state_entries
 
     def __post_init__(self) -> None:  # frozen: defaults filled in through object's own __setattr__
-        if not self.hidden_products:
-            object.__setattr__(self, "hidden_products", (self.layer.cell_class.gates,))
+        if self.hidden_products is None:
+            cell = self.layer.cell_class
+            object.__setattr__(self, "hidden_products", (cell.gates,) if cell.recurrence == "matrix" else ())
         if self.layer_step is None:
             object.__setattr__(self, "layer_step", LayerStep)
         self.layer.spec = self  # a layer finds its loops through its spec
@@ -320,8 +337,9 @@ class LayerStep:
 
     @staticmethod
     def arrange_hidden(cell: Cell) -> list[Tensor]:
-        """The hidden-side matrices as the step takes them: one transposed view (H, G*H)."""
-        return [cell.weight_hh.T]
+        """The hidden side as the step takes it: one transposed view (H, G*H) of a matrix; a vector
+        (G*H) as it is."""
+        return [cell.weight_hh.T if cell.recurrence == "matrix" else cell.weight_hh]
 
     def gates_x(self, x: Tensor) -> Tensor:
         """Input-side products (B, G*H), biases included, from the layer below's output x (B, I)."""

@@ -49,9 +49,13 @@ class GRUCell(Cell):
 
     gates = 3
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__(input_size, hidden_size)
-        self.bias_rz = nn.Parameter(torch.zeros(2 * hidden_size))  # b_r, b_z
+    @classmethod
+    def parameter_shapes(cls, input_size: int, hidden_size: int) -> dict[str, tuple[int, ...]]:
+        return {**super().parameter_shapes(input_size, hidden_size), "bias_rz": (2 * hidden_size,)}  # b_r, b_z
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        nn.init.zeros_(self.bias_rz)
 
     def recur(self, gates_x: Tensor, h: Tensor) -> Tensor:
         """One step. gates_x (B, 3H): the input-side pre-activations of r, z and h~ with every bias

@@ -6,8 +6,6 @@ fingerprint of the selected cell (`models/cell.json`); and every dep exists."""
 from __future__ import annotations
 
 import json
-import re
-from functools import cache
 import subprocess
 import sys
 from pathlib import Path
@@ -16,65 +14,42 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.import_graph import compiled_files, import_cycles, library_files, module_file, module_graph, package_cycles
+from tools.import_graph import compiled_files, import_cycles, library_files, module_file, module_graph, package_cycles
+from tools.stage_deps import (CELLS_DIR, DVC_YAML, FINGERPRINT, READ_NOT_RUN, cell_files, fingerprinted, library_cells,
+                              rewritten, runs, script_of)
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-CELLS_DIR = REPO_ROOT / "src/rnnlm/models/cells"
-FINGERPRINT = "models/cell.json"  # the cell stage's output
-READ_NOT_RUN = {"cell": ["src/rnnlm/models/cells"]}  # the cell stage hashes these files; it imports no cell
-
-
-def _script(stage: dict) -> Path:
-    return REPO_ROOT / re.search(r"python (stages/\w+\.py)", stage["cmd"]).group(1)
-
-
-def _library_cells() -> list[str]:
-    """The registry's cells whose modules are the library's (the tests register one of their own)."""
-    from rnnlm.models.cells import CELLS
-
-    return [cell for cell in CELLS if CELLS.module(cell).startswith("rnnlm.")]
-
-
-def _cell_files(cell: str) -> set[Path]:
-    """`Registry.files(cell)` as files of this checkout's src/, whichever copy of the package imported."""
-    from rnnlm.models.cells import CELLS, registry
-
-    return {REPO_ROOT / "src" / path.relative_to(registry.FOLDER.parents[2]) for path in CELLS.files(cell)}
-
-
-@cache
-def _fingerprinted() -> frozenset[Path]:
-    """The cells' files that some cell's fingerprint covers (`Registry.files`), and the registry's
-    table (whose entry for the cell the fingerprint holds)."""
-    return frozenset({CELLS_DIR / "__init__.py", *(path for cell in _library_cells() for path in _cell_files(cell))})
 
 
 def _covered(path: Path, deps: list[str]) -> bool:
     relative = path.relative_to(REPO_ROOT)
-    if FINGERPRINT in deps and path in _fingerprinted():
+    if FINGERPRINT in deps and path in fingerprinted():
         return True
     return any(relative == Path(dep) or Path(dep) in relative.parents for dep in deps)
 
 
-def _runs(stage: dict, name: str) -> set[Path]:
-    """The library files stage `name` can run (the cell stage asks the registry for no cell)."""
-    return library_files(_script(stage), specs=name != "cell")
+def test_dvc_yaml_lists_what_the_stage_deps_tool_writes():
+    """The deps are generated (`python -m tools.stage_deps`), not kept by hand: dvc.yaml is what the
+    tool writes from the import graph, and the tool says which stages are not."""
+    assert rewritten(DVC_YAML.read_text(encoding="utf-8")) == DVC_YAML.read_text(encoding="utf-8")
+    stale = DVC_YAML.read_text(encoding="utf-8").replace("      - src/rnnlm/compute\n", "", 1)
+    assert rewritten(stale) == DVC_YAML.read_text(encoding="utf-8")  # a dropped dep comes back
 
 
 @pytest.mark.parametrize("name", STAGES)
 def test_every_library_file_a_stage_runs_is_a_dependency(name):
     stage = STAGES[name]
     deps = stage["deps"]
-    files = _runs(stage, name)
+    files = runs(stage, name)
     assert files, "the stage imports no library code: the import graph is broken"
     missing = sorted(str(path.relative_to(REPO_ROOT)) for path in files if not _covered(path, deps))
     assert not missing, f"{name}: add to its deps in dvc.yaml: {missing}"
-    assert str(_script(stage).relative_to(REPO_ROOT)) in deps
+    assert str(script_of(stage).relative_to(REPO_ROOT)) in deps
 
 
 def _unused(stage: dict, name: str = "") -> list[str]:
     """The library files a stage's deps list (a folder: all its files) that the stage never runs."""
-    files = _runs(stage, name) | {_script(stage)}
+    files = runs(stage, name) | {script_of(stage)}
     listed = set()
     for dep in stage["deps"]:
         if dep in READ_NOT_RUN.get(name, []):
@@ -114,17 +89,17 @@ def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_fold
     from rnnlm.models.cells import CELLS
 
     compiled = compiled_files()
-    for cell in _library_cells():
+    for cell in library_cells():
         module = module_file(CELLS.module(cell))
-        runs = {path for path in library_files(module, specs=False) if path.suffix == ".py"} | {module}
+        ran = {path for path in library_files(module, specs=False) if path.suffix == ".py"} | {module}
         if CELLS[cell].triton_module:
             triton = module_file(CELLS[cell].triton_module)
-            runs |= {path for path in library_files(triton, specs=False) if path.suffix == ".py"} | {triton}
+            ran |= {path for path in library_files(triton, specs=False) if path.suffix == ".py"} | {triton}
         own_cpp = CELLS_DIR / f"{module.stem}.cpp"
-        runs |= {path for path in compiled if path == own_cpp}  # the shared kernels are compute's
-        expected = {path for path in runs if path.parent == CELLS_DIR} - {CELLS_DIR / "__init__.py"}
-        assert expected <= _cell_files(cell), cell
-    assert {path for path in CELLS_DIR.iterdir() if path.is_file()} <= _fingerprinted()
+        ran |= {path for path in compiled if path == own_cpp}  # the shared kernels are compute's
+        expected = {path for path in ran if path.parent == CELLS_DIR} - {CELLS_DIR / "__init__.py"}
+        assert expected <= cell_files(cell), cell
+    assert {path for path in CELLS_DIR.iterdir() if path.is_file()} <= fingerprinted()
 
 
 def test_the_cell_stage_imports_no_cell_and_no_pytorch(tmp_path):
@@ -149,7 +124,7 @@ def test_the_cell_stage_imports_no_cell_and_no_pytorch(tmp_path):
 def test_a_stage_that_runs_more_than_its_deps_fails_this_check():
     """The check can fail: the train stage's deps without the cell's fingerprint miss the cell files."""
     deps = [dep for dep in STAGES["train"]["deps"] if dep != FINGERPRINT]
-    files = library_files(_script(STAGES["train"]))
+    files = library_files(script_of(STAGES["train"]))
     assert any(not _covered(path, deps) and path.suffix == ".cpp" for path in files)
 
 
@@ -180,7 +155,7 @@ def test_the_data_stages_run_no_model_code_and_no_pytorch():
     so adding a cell or a model leaves their outputs and their DVC status as they are."""
     models = REPO_ROOT / "src/rnnlm/models"
     for name in ("download", "prepare", "tokenizer"):
-        files = library_files(_script(STAGES[name]))
+        files = library_files(script_of(STAGES[name]))
         assert not [f for f in files if models in f.parents or f.name == "params.py"], name
 
     def imports_torch(stage: str) -> bool:

@@ -120,12 +120,13 @@ def run_speed(models: list[str], repeats: int) -> dict[str, object]:
     return {"matmul_gflops": matmul, "repeats": repeats, "rows": rows, "errors": errors}
 
 
-def check_pipeline(corpus: Path, log) -> dict[str, object]:
-    """astra_alpha through the stages on CUDA; its CPU twin's numbers; its checkpoint on the CPU."""
+def check_pipeline(corpus: Path, log, steps_scale: float | None = None) -> dict[str, object]:
+    """astra_alpha through the stages on CUDA (at `steps_scale`, default params.yaml's); its CPU
+    twin's numbers; its checkpoint on the CPU."""
     cpu_run = json.loads((REPO / "reports/train/metrics.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         work = scratch_copy(Path(tmp))
-        result = run_stages("astra_alpha", corpus, work, log)
+        result = run_stages("astra_alpha", corpus, work, log, steps_scale)
         checkpoint = load_checkpoint(work / "models/model.pt")
         val_ids = torch.tensor(checkpoint.tokenizer().encode(read_corpus(work / "data/prepared" / VAL_FILE)))
         seq_len = checkpoint.params["train"]["seq_len"]
@@ -303,7 +304,10 @@ def main() -> None:
                         "(default: params.yaml's seed)")
     parser.add_argument("--jobs", type=int, default=1, help="with --study: runs at once on the GPU (processes)")
     parser.add_argument("--results", type=Path, help="with --study: the folder for <model>-seed-<seed>.tar.gz")
-    parser.add_argument("--steps-scale", type=float, help="with --study: train.steps_scale (default: params)")
+    parser.add_argument("--steps-scale", type=float, help="train.steps_scale of the study runs and the pipeline "
+                        "check (default: params.yaml's)")
+    parser.add_argument("--dry-run", action="store_true", help="on a machine without a GPU: the same steps on the "
+                        "CPU (the CUDA tests skip themselves, no speed table), to find a broken step before a lent call")
     parser.add_argument("--profile", nargs="+", metavar="MODEL", help="print where a step's GPU time goes")
     parser.add_argument("--log", type=Path, help="where the stages' and tests' output goes (default: beside --out)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
@@ -316,8 +320,10 @@ def main() -> None:
         args.out.write_text(markdown(report) + "\n")
         args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
         return
-    if not torch.cuda.is_available():
-        sys.exit("error: no CUDA GPU here; this command checks a GPU machine")
+    if not torch.cuda.is_available() and not args.dry_run:
+        sys.exit("error: no CUDA GPU here; this command checks a GPU machine (--dry-run tries its steps on the CPU)")
+    if args.dry_run and "speed" not in args.skip and not args.study:
+        sys.exit("error: --dry-run measures no speed; expected --skip speed with it")
     if not args.corpus.is_file():
         sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
     precision = set_float32_precision(args.allow_tf32)
@@ -336,7 +342,7 @@ def main() -> None:
             return
         report: dict[str, object] = {"environment": environment(), "precision": precision, "errors": {}}
         steps = {"tests": lambda: run_tests(log), "speed": lambda: run_speed(args.models, args.repeats),
-                 "pipeline": lambda: check_pipeline(args.corpus.resolve(), log)}
+                 "pipeline": lambda: check_pipeline(args.corpus.resolve(), log, args.steps_scale)}
         for key, fn in steps.items():
             if key in args.skip:
                 continue

@@ -11,14 +11,28 @@
 #
 # RUNS: MODEL[:SEED] words for `gpu_check.py --study`; JOBS runs at once (default 5); DEADLINE seconds
 # after which unfinished runs are stopped and what finished is packed (leave a minute for packing).
+# ALONE: the check's parts run first with the GPU to themselves (default: tests speed); BESIDE: the
+# parts run beside the study runs, which check results, not speed (default: pipeline).
+# STEPS_SCALE: train.steps_scale of the runs and the pipeline check (default: params.yaml's).
+# DRY_RUN=1: the same steps on a machine without a GPU (the CUDA tests skip themselves; no speed
+# table), to find a broken step here rather than in the lent minutes:
+#   OUT=/tmp/dry DRY_RUN=1 STEPS_SCALE=0.01 ALONE=tests BESIDE=pipeline RUNS=astra_alpha_carried:5 \
+#     bash benchmarks/gpu_session.sh
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-540}
 JOBS=${JOBS:-5}
 RUNS=${RUNS:-}
+ALONE=${ALONE-tests speed}
+BESIDE=${BESIDE-pipeline}
+EXTRA=()
+[ -n "${STEPS_SCALE:-}" ] && EXTRA+=(--steps-scale "$STEPS_SCALE")
+[ "${DRY_RUN:-0}" = 1 ] && EXTRA+=(--dry-run)
+# the check's parts other than those named: gpu_check.py's --skip words
+others() { for part in tests speed pipeline; do case " $* " in *" $part "*) ;; *) printf '%s ' "$part";; esac; done; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 say() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$R/logs/session.txt"; }
-R=/tmp/gpu-session
+R=$(mktemp -d /tmp/gpu-session.XXXXXX)
 mkdir -p "$R/study" "$R/logs"
 
 # The pins the image lacks (its torch and Triton are its own: their CUDA wheels are too large to carry).
@@ -31,9 +45,13 @@ CORPUS="$PWD/.gpu/tinyshakespeare.txt"
 { nvidia-smi; python3 -c "import torch, triton, sentencepiece; print(torch.__version__, triton.__version__, sentencepiece.__version__)"; } \
   > "$R/logs/environment.txt" 2>&1
 
-# 1. The CUDA tests (bit-for-bit sharing among them) and the training-step table, the GPU alone.
-python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip pipeline --out "$R/check-alone.md" > "$R/logs/check-alone.out" 2>&1
-say "tests and speed done"
+# 1. The parts that want the GPU alone (the training-step table; the tests, unless BESIDE names them).
+if [ -n "$ALONE" ]; then
+  # shellcheck disable=SC2046  # others prints words
+  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $ALONE) "${EXTRA[@]}" --out "$R/check-alone.md" \
+    > "$R/logs/check-alone.out" 2>&1
+  say "$ALONE done"
+fi
 
 # 2. Study runs, JOBS at a time, one process each; MPS lets their kernels share the SMs.
 STUDY=""
@@ -49,15 +67,19 @@ if [ -n "$RUNS" ]; then
     say "MPS off: the runs take turns on the GPU"
   fi
   # shellcheck disable=SC2086  # RUNS is a list of words
-  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" \
+  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" \
     --log "$R/logs/study.log" > "$R/logs/study.out" 2>&1 &
   STUDY=$!
 fi
 
-# 3. Beside them: astra_alpha through the stage scripts on CUDA, against the CPU's committed run.
-python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip tests speed --out "$R/check-pipeline.md" \
-  > "$R/logs/check-pipeline.out" 2>&1
-say "pipeline check done"
+# 3. Beside them: astra_alpha through the stage scripts on CUDA against the CPU's committed run
+# (and whatever else BESIDE names).
+if [ -n "$BESIDE" ]; then
+  # shellcheck disable=SC2046
+  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $BESIDE) "${EXTRA[@]}" --out "$R/check-beside.md" \
+    > "$R/logs/check-beside.out" 2>&1
+  say "$BESIDE done"
+fi
 
 if [ -n "$STUDY" ]; then
   while kill -0 "$STUDY" 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 5; done

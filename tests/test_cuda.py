@@ -130,16 +130,20 @@ SPLIT = split_corpus(TEXT, 0.9)
 TOKENIZER = CharTokenizer(character_vocabulary(TEXT))
 
 
-def _cuda_params(raw_params, graph: bool):
-    raw_params["models"]["astra_beta"].update({"embd": 16, "hidden": 32, "epochs": 2, "steps_per_epoch": 15})
+def _cuda_params(raw_params, graph: bool, state: str = "reset"):
+    raw_params["models"]["astra_beta"].update({"embd": 16, "hidden": 32, "epochs": 2, "steps_per_epoch": 15,
+                                               "train": {"state": state}})
     raw_params["train"].update({"batch_size": 8, "seq_len": 32, "device": "cuda", "cuda_graph": graph,
                                 "check_every": 7})
     return parse_params(raw_params)
 
 
-def test_training_on_cuda_and_its_checkpoint_on_the_cpu(raw_params, tmp_path):
-    results = {g: train(_cuda_params(raw_params, g), "astra_beta", TOKENIZER, SPLIT.train, SPLIT.val,
-                        progress=False) for g in (False, True)}
+@pytest.mark.parametrize("state", ["reset", "carried"])
+def test_training_on_cuda_and_its_checkpoint_on_the_cpu(raw_params, tmp_path, state):
+    """Eager and graphed training agree (a carried run is eager either way: a graph holds no state
+    between replays), and the CUDA checkpoint scores on the CPU as on the GPU."""
+    results = {g: train(_cuda_params(copy.deepcopy(raw_params), g, state), "astra_beta", TOKENIZER, SPLIT.train,
+                        SPLIT.val, progress=False) for g in (False, True)}
     eager, graph = ([r["train_loss"] for r in results[g].history.steps] for g in (False, True))
     assert len(graph) == 30 and graph == pytest.approx(eager, rel=1e-4)
     assert results[True].device == "cuda"

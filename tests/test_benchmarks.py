@@ -137,7 +137,14 @@ def test_gpu_check_refuses_a_machine_without_a_gpu(tmp_path):
                            str(tmp_path / "check.md")], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1] == "error: no CUDA GPU here; this command checks a GPU machine"
+    assert done.stderr.strip().splitlines()[-1] == ("error: no CUDA GPU here; this command checks a GPU machine "
+                                                    "(--dry-run tries its steps on the CPU)")
+    assert not (tmp_path / "check.md").exists()
+    dry = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--dry-run", "--out",
+                          str(tmp_path / "check.md")], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert dry.returncode != 0
+    assert dry.stderr.strip().splitlines()[-1] == "error: --dry-run measures no speed; expected --skip speed with it"
     assert not (tmp_path / "check.md").exists()
 
 

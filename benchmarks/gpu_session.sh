@@ -34,6 +34,13 @@ left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 say() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$R/logs/session.txt"; }
 R=$(mktemp -d /tmp/gpu-session.XXXXXX)
 mkdir -p "$R/study" "$R/logs"
+JOBS_RUNNING=()
+# What is kept goes to $OUT/gpu.tar.gz (written beside, then renamed) every half minute while the
+# jobs run, and once more at the end: a call killed at its limit still brings back what finished.
+pack() { tar czf "$OUT/gpu.tar.gz.partial" -C "$R" . 2>/dev/null && mv "$OUT/gpu.tar.gz.partial" "$OUT/gpu.tar.gz"; }
+running() { for pid in "${JOBS_RUNNING[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
+stop() { for pid in "${JOBS_RUNNING[@]}"; do kill -- -"$pid" 2>/dev/null; done; }
+trap 'say "stopped from outside"; stop; pack; exit 124' TERM INT
 
 # The pins the image lacks (its torch and Triton are its own: their CUDA wheels are too large to carry).
 if ls .gpu/whl/*.whl >/dev/null 2>&1; then
@@ -48,48 +55,56 @@ CORPUS="$PWD/.gpu/tinyshakespeare.txt"
 # 1. The parts that want the GPU alone (the training-step table; the tests, unless BESIDE names them).
 if [ -n "$ALONE" ]; then
   # shellcheck disable=SC2046  # others prints words
-  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $ALONE) "${EXTRA[@]}" --out "$R/check-alone.md" \
-    > "$R/logs/check-alone.out" 2>&1
-  say "$ALONE done"
+  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $ALONE) "${EXTRA[@]}" \
+    --out "$R/check-alone.md" > "$R/logs/check-alone.out" 2>&1
+  say "$ALONE done (exit $?)"
+  pack
 fi
 
-# 2. Study runs, JOBS at a time, one process each; MPS lets their kernels share the SMs.
-STUDY=""
+# 2. Study runs, JOBS at a time, one process each; MPS lets their kernels share the SMs. Each
+# background job gets a process group of its own (setsid), so that the deadline stops its stage
+# processes too: MPS's quit waits for every client, and a stage left running kept it waiting past
+# the call's limit once (2026-11-26), with nothing packed.
+MPS=0
 if [ -n "$RUNS" ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p /tmp/mps /tmp/mps-log
   if nvidia-cuda-mps-control -d 2>>"$R/logs/mps.txt" \
       && timeout 60 python3 -c "import torch; print((torch.ones(2, device='cuda') + 1).sum().item())" >>"$R/logs/mps.txt" 2>&1; then
+    MPS=1
     say "MPS on"
   else
-    echo quit | nvidia-cuda-mps-control 2>/dev/null
+    echo quit | timeout 10 nvidia-cuda-mps-control 2>/dev/null
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     say "MPS off: the runs take turns on the GPU"
   fi
   # shellcheck disable=SC2086  # RUNS is a list of words
-  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" \
+  setsid python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" \
     --log "$R/logs/study.log" > "$R/logs/study.out" 2>&1 &
-  STUDY=$!
+  JOBS_RUNNING+=($!)
 fi
 
 # 3. Beside them: astra_alpha through the stage scripts on CUDA against the CPU's committed run
 # (and whatever else BESIDE names).
 if [ -n "$BESIDE" ]; then
   # shellcheck disable=SC2046
-  python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $BESIDE) "${EXTRA[@]}" --out "$R/check-beside.md" \
-    > "$R/logs/check-beside.out" 2>&1
-  say "$BESIDE done"
+  setsid python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $BESIDE) "${EXTRA[@]}" \
+    --out "$R/check-beside.md" > "$R/logs/check-beside.out" 2>&1 &
+  JOBS_RUNNING+=($!)
 fi
 
-if [ -n "$STUDY" ]; then
-  while kill -0 "$STUDY" 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 5; done
-  if kill -0 "$STUDY" 2>/dev/null; then
-    say "deadline: stopping the unfinished runs (their scratch copies stay in /tmp while the machine is warm)"
-    kill "$STUDY"
-  fi
-  echo quit | nvidia-cuda-mps-control 2>/dev/null
+SINCE=0
+while [ ${#JOBS_RUNNING[@]} -gt 0 ] && running && [ "$(left)" -gt 0 ]; do
+  sleep 5
+  SINCE=$((SINCE + 5))
+  if [ "$SINCE" -ge 30 ]; then pack; SINCE=0; fi
+done
+if [ ${#JOBS_RUNNING[@]} -gt 0 ] && running; then
+  say "deadline: stopping the unfinished jobs and their stages"
+  stop
 fi
 say "packing"
-tar czf "$OUT/gpu.tar.gz" -C "$R" .
-cat "$R/logs/session.txt" "$R/logs/study.out" 2>/dev/null
+pack
+[ "$MPS" = 1 ] && { echo quit | timeout 20 nvidia-cuda-mps-control 2>/dev/null || say "MPS did not quit in 20 s"; }
+cat "$R/logs/session.txt" "$R/logs/study.out" "$R/check-beside.md" 2>/dev/null
 ls -la "$R/study"

@@ -7,9 +7,12 @@ import os
 import platform
 import re
 import subprocess
+import tarfile
+import time
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -283,6 +286,31 @@ def test_the_gpu_session_script_parses_and_uses_only_gpu_checks_options():
     help_text = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--help"], cwd=REPO_ROOT,
                                capture_output=True, text=True).stdout
     assert passed and all(option in help_text for option in passed), passed
+
+
+def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tmp_path):
+    """The call that lost a lent session's runs (2026-11-26): at the deadline the script stops each
+    background job with the processes it started (their process groups), packs $OUT/gpu.tar.gz and
+    ends; a stand-in python3 plays the jobs (a study that outlives the deadline through a child)."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").write_text("#!/usr/bin/env bash\n"
+                                  'case "$*" in *--study*) sleep 987.654 & wait ;; *) exit 0 ;; esac\n')
+    (shim / "python3").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "OUT": str(out), "DRY_RUN": "1",
+           "ALONE": "", "BESIDE": "pipeline", "RUNS": "astra_alpha:5", "DEADLINE": "4"}
+    start = time.monotonic()
+    done = subprocess.run(["bash", str(REPO_ROOT / "benchmarks/gpu_session.sh")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - start < 20
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "987.654" in (p.info["cmdline"] or [])]
+    with tarfile.open(out / "gpu.tar.gz") as tar:
+        session = tar.extractfile("./logs/session.txt").read().decode()
+    assert "deadline: stopping the unfinished jobs" in session and "packing" in session
+    assert sorted(p.name for p in out.iterdir()) == ["gpu.tar.gz"]
 
 
 def test_the_stage_times_table_names_every_stage_and_part():

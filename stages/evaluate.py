@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.compute import threads
 from rnnlm.compute.device import device_for
 from rnnlm.command_line import command_args, run_main
 from rnnlm.memory import keep_freed_memory
@@ -26,6 +27,7 @@ from rnnlm.timing import StageClock
 def main() -> None:
     clock = StageClock("evaluate")
     keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
+    threads.join(adjust=False)  # counted by the trainings beside it, which leave it its share; its own count kept
     (checkpoint_path, prepared, generations_path, metrics_path, curve_path, context_path, blocks_path,
      timing) = command_args(__doc__)
     params = load_params()

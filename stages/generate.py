@@ -9,6 +9,7 @@ its time went to TIMING_JSON.
 
 from rnnlm.atomic import write_text_atomic
 from rnnlm.models.checkpoint import load_checkpoint
+from rnnlm.compute import threads
 from rnnlm.compute.device import device_for
 from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
@@ -18,6 +19,7 @@ from rnnlm.timing import StageClock
 
 def main() -> None:
     clock = StageClock("generate")
+    threads.join(adjust=False)  # counted by the trainings beside it, which leave it its share; its own count kept
     checkpoint_path, json_path, timing = command_args(__doc__)
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)

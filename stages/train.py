@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
+from rnnlm.compute import threads
 from rnnlm.compute.device import device_for
 from rnnlm.command_line import RESUMES, command_args, run_main
 from rnnlm.evaluation.quick import validation_text
@@ -28,6 +29,7 @@ from rnnlm.timing import StageClock
 def main() -> None:
     clock = StageClock("train")
     keep_freed_memory()  # the scans' large arrays reused, not faulted in afresh every step
+    threads.join()  # the cores shared with the other rnnlm processes on this machine, as they come and go
     prepared, tokenizer_dir, checkpoint, report_dir, resume_dir, timing = command_args(__doc__)
     params = load_params()
     name, entry = params.model, params.selected  # as generate and evaluate take it

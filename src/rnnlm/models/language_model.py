@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from rnnlm.errors import ParamsError
 from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
+from rnnlm.compute.layer_norm import layer_norm
 from rnnlm.compute.products import linear
 from rnnlm.models.state import ModelState
 
@@ -76,8 +77,8 @@ class RecurrentLM(nn.Module):
                 x = self.between(x)
         if last_only:
             x = x[-1:]  # (1, B, H)
-        if self.norm is not None:
-            x = self.norm(x)
+        if self.norm is not None:  # its gradients the same at any thread count (compute/layer_norm.py)
+            x = layer_norm(x, self.norm.weight, self.norm.bias, self.norm.eps)
         return linear(x, self.head.weight, self.head.bias).transpose(0, 1), tuple(new_state)  # (B, T, V)
 
     def first_layer_table(self) -> Tensor:

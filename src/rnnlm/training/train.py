@@ -25,6 +25,7 @@ flight: the next block draws its windows afresh from the saved generator.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import platform
@@ -40,7 +41,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from rnnlm.compute import cpu, gemm_choice
+from rnnlm.compute import cpu, gemm_choice, threads
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.compute.device import device_for
 from rnnlm.errors import RnnlmError
@@ -232,6 +233,17 @@ class TrainResult:
     state: str = "reset"  # train.state: how the state went from window to window
 
 
+def probe_gradients(model: torch.nn.Module, batch_size: int, seq_len: int, vocab: int) -> list[Tensor]:
+    """One step's gradients on a copy of `model` (no dropout) for a fixed random batch of the run's
+    shape (batch_size, seq_len): what `threads.verify` computes at two thread counts. The model, its
+    gradients and the random generators are left as they were."""
+    probe = copy.deepcopy(model).eval()
+    tokens = torch.randint(vocab, (batch_size, seq_len + 1), generator=torch.Generator().manual_seed(0))
+    logits, _ = probe(tokens[:, :-1])  # (B, T, V)
+    torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1)).backward()
+    return [p.grad for p in probe.parameters() if p.grad is not None]
+
+
 def train(
     params: Params,
     name: str,
@@ -280,6 +292,8 @@ def train(
                         device.type, gemm, processor, settings.steps_scale)
     here = {"device": device.type, "processor": processor, "gemm": gemm, "from_epoch": 1, "from_step": 0}
     step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph, carry=carried)
+    if device.type == "cpu":  # may this run change its threads as other runs come and go? (compute/threads.py)
+        threads.verify(lambda: probe_gradients(model, settings.batch_size, settings.seq_len, tokenizer.vocab_size))
     run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here], step_fn)
     saved = store.load(lambda state: check_payload(state, model.state_dict(), optimizer.state_dict(), entry.epochs,
                                                    n_steps, ("stream_position",) if carried else ()))
@@ -313,6 +327,7 @@ def train(
             for i in range(size):
                 if carried and (sampler.fresh[i] or first + i == 0):  # a pass's or an epoch's first window
                     step_fn.reset_state()
+                threads.refresh()  # this run's share of the cores, counted again at most once a second
                 log.record(step_fn(xs[i], ys[i]))
             try:  # the host waits for the device here only, once a block
                 block = log.read()

@@ -1,0 +1,149 @@
+"""The machine's cores shared among the rnnlm processes running on it, without changing a result.
+
+Two runs that each compute on every core stall each other: PyTorch's OpenMP threads wait at every
+barrier for peers that are not running (docs/study-runs.md has the measurements). So a computing
+stage joins the share (`join()`): it leaves a file named by its process id in one folder per machine
+and user, and computes on `cores // live processes` threads (at least one). Between training steps
+`refresh()` counts again, at most once a second, so a run started alone gives up cores when a second
+run starts and takes them back when it ends; however the runs were started (`dvc queue start -j 2`,
+two terminals, our runner).
+
+This changes no bits where nothing in a training step depends on the thread count. Our own code
+ensures it (the one PyTorch operation we use that did not, LayerNorm's backward, is
+`compute/layer_norm.py`), but a BLAS may split a product's sums by thread and so give other bits at
+another count (MKL promises the same bits only at a fixed count, outside its strict mode). So before
+a run changes its threads, `verify()` computes one training step's gradients of the real model and
+batch shape at one thread and at every core: where they differ in any bit, the run keeps its count
+for its whole life and says so. A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm.study
+run --jobs N` sets it for its workers), is kept too; such a process still joins, so that the others
+leave it its share.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import psutil
+import torch
+
+REFRESH_SECONDS = 1.0
+"""At most this often `refresh()` counts the live processes (a folder listing: tens of microseconds)."""
+
+
+def share_folder() -> Path:
+    """Where the processes that share this machine's cores leave their files (one per user)."""
+    return Path(tempfile.gettempdir()) / f"rnnlm-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def live_processes(folder: Path) -> int:
+    """How many processes in `folder` are alive (the same process id and start time as they wrote);
+    the files of those that ended are removed."""
+    live = 0
+    for entry in folder.glob("*"):
+        try:
+            pid, started = int(entry.name), float(entry.read_text() or "nan")
+            if abs(psutil.Process(pid).create_time() - started) < 1e-3:
+                live += 1
+                continue
+        except (ValueError, OSError, psutil.Error):
+            pass  # not ours, unreadable, or the process is gone (or its id reused)
+        entry.unlink(missing_ok=True)
+    return live
+
+
+class CoreShare:
+    """This process's place in the share: `join()`, then `refresh()` as often as convenient."""
+
+    def __init__(self, folder: Path | None = None, cores: int | None = None):
+        self.folder = folder
+        self.cores = cores
+        self.fixed = "OMP_NUM_THREADS" in os.environ
+        self.why_fixed = "OMP_NUM_THREADS is set" if self.fixed else ""
+        self.verified = False
+        self.joined: Path | None = None
+        self.checked = float("-inf")
+
+    def join(self, adjust: bool = True) -> int:
+        """Leave this process's file and (with `adjust`, once `verify` has passed) take its share of
+        the cores; returns the threads it computes on. A process whose results depend on its thread
+        count joins with `adjust=False`: the others still leave it its share."""
+        if not adjust:
+            self.fixed, self.why_fixed = True, "its results may depend on the thread count"
+        self.folder = self.folder or share_folder()
+        self.cores = self.cores or machine_cores()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        me = self.folder / str(os.getpid())
+        partial = me.with_name(f".{me.name}.tmp")
+        partial.write_text(repr(psutil.Process().create_time()))
+        partial.replace(me)  # whole, or not there: another process never reads half of it
+        self.joined = me
+        atexit.register(self.leave)
+        return self.refresh(now=True)
+
+    def verify(self, gradients: Callable[[], Sequence[torch.Tensor]]) -> bool:
+        """Whether `gradients()` (one training step's, on a copy of the model) gives the same bits at
+        one thread and at every core; if not, this process's thread count stays as it is. Until it
+        has passed, `refresh` changes nothing."""
+        if self.joined is None or self.fixed or (self.cores or 1) < 2:
+            return self.verified
+        before = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            one = [g.detach().clone() for g in gradients()]
+            torch.set_num_threads(self.cores)
+            every = [g.detach() for g in gradients()]
+        finally:
+            torch.set_num_threads(before)
+        self.verified = len(one) == len(every) and all(torch.equal(a, b) for a, b in zip(one, every))
+        if not self.verified:
+            self.fixed = True
+            self.why_fixed = (f"a training step's gradients differ in their last bits at 1 and {self.cores} threads on "
+                              "this machine (its BLAS), so the run keeps its thread count")
+        return self.verified
+
+    def refresh(self, now: bool = False) -> int:
+        """Set this process's threads to its share (unless fixed by hand or not joined); counts again
+        only when `REFRESH_SECONDS` have passed since the last count, or `now`."""
+        if self.joined is None or self.fixed or not self.verified:
+            return torch.get_num_threads()
+        clock = time.monotonic()
+        if now or clock - self.checked >= REFRESH_SECONDS:
+            self.checked = clock
+            share = max(1, self.cores // max(1, live_processes(self.folder)))
+            if share != torch.get_num_threads():
+                torch.set_num_threads(share)
+        return torch.get_num_threads()
+
+    def leave(self) -> None:
+        if self.joined is not None:
+            self.joined.unlink(missing_ok=True)
+            self.joined = None
+
+
+SHARE = CoreShare()
+"""The process's one share: the stage scripts `join()` it, the training loop `refresh()`es it."""
+
+
+def join(adjust: bool = True) -> int:
+    return SHARE.join(adjust)
+
+
+def verify(gradients: Callable[[], Sequence[torch.Tensor]]) -> bool:
+    return SHARE.verify(gradients)
+
+
+def refresh() -> int:
+    return SHARE.refresh()

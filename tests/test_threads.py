@@ -1,0 +1,127 @@
+"""The cores shared among rnnlm processes (compute/threads.py) and the LayerNorm that lets a run
+change its thread count without changing its bits (compute/layer_norm.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rnnlm.compute import threads
+from rnnlm.compute.layer_norm import layer_norm
+from rnnlm.models.language_model import RecurrentLM
+from rnnlm.training.train import probe_gradients
+from tests.conftest import cell_configs
+
+
+@pytest.fixture(autouse=True)
+def keep_threads(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    yield
+    torch.set_num_threads(before)
+
+
+def _norm_gradients(norm, n_threads: int, dtype=torch.float32):
+    torch.set_num_threads(n_threads)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, 512, generator=g, dtype=dtype, requires_grad=True)  # (rows, H)
+    weight = (1 + 0.1 * torch.randn(512, generator=g, dtype=dtype)).requires_grad_()
+    bias = (0.1 * torch.randn(512, generator=g, dtype=dtype)).requires_grad_()
+    y = norm(x, weight, bias)
+    (y * torch.linspace(-1, 1, 512, dtype=dtype)).sum().backward()
+    return y.detach(), x.grad, weight.grad, bias.grad
+
+
+def _ours(x, weight, bias):
+    return layer_norm(x, weight, bias, 1e-5)
+
+
+def _pytorchs(x, weight, bias):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5)
+
+
+def test_layer_norm_gives_pytorchs_forward_bits_and_its_gradients_in_float64():
+    assert all(torch.equal(a, b) for a, b in zip(_norm_gradients(_ours, 1)[:2], _norm_gradients(_pytorchs, 1)[:2]))
+    for a, b in zip(_norm_gradients(_ours, 2, torch.float64), _norm_gradients(_pytorchs, 2, torch.float64)):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_layer_norm_gradients_are_the_same_bits_at_one_and_at_two_threads():
+    ours = [_norm_gradients(_ours, n) for n in (1, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(*ours))
+    pytorchs = [_norm_gradients(_pytorchs, n) for n in (1, 2)]  # what it replaces: the sums over rows differ
+    assert not torch.equal(pytorchs[0][2], pytorchs[1][2])
+
+
+def _live_process():
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def _enter(folder, process):
+    (folder / str(process.pid)).write_text(repr(psutil.Process(process.pid).create_time()))
+
+
+def test_a_run_takes_its_share_of_the_cores_as_others_come_and_go(tmp_path):
+    torch.set_num_threads(3)
+    share = threads.CoreShare(tmp_path, cores=4)
+    assert share.join() == 3  # not verified yet: as it was
+    assert share.verify(lambda: [torch.ones(3)])
+    assert share.refresh(now=True) == 4
+    other = _live_process()
+    try:
+        _enter(tmp_path, other)
+        (tmp_path / "123456789").write_text("1.0")  # a process long gone: its file is removed
+        (tmp_path / "notes.txt").write_text("x")  # not a process's file at all
+        assert share.refresh() == 4  # counted again only a second later
+        assert share.refresh(now=True) == 2
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([str(other.pid), str(share.joined.name)])
+    finally:
+        other.kill()
+        other.wait()
+    assert share.refresh(now=True) == 4
+    share.leave()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_whose_gradients_depend_on_the_threads_keeps_its_count(tmp_path, capsys):
+    torch.set_num_threads(2)
+    share = threads.CoreShare(tmp_path, cores=4)
+    share.join()
+    assert not share.verify(lambda: [torch.tensor([float(torch.get_num_threads())])])
+    other = _live_process()
+    try:
+        _enter(tmp_path, other)
+        assert share.refresh(now=True) == 2 and torch.get_num_threads() == 2
+        assert "differ in their last bits" in share.why_fixed
+    finally:
+        other.kill()
+        other.wait()
+        share.leave()
+
+
+def test_a_thread_count_set_by_hand_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    share = threads.CoreShare(tmp_path, cores=4)
+    share.join()
+    assert not share.verify(lambda: [torch.ones(1)]) and share.refresh(now=True) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [str(share.joined.name)]  # the others still count it
+    share.leave()
+
+
+def test_the_probe_leaves_the_model_and_the_random_state_as_they_were():
+    config = next(c for c in cell_configs({"layer_norm": True}, vocab_size=30, embd=8, hidden=16) if c.cell == "lstm")
+    model = RecurrentLM(config).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    grads = probe_gradients(model, 4, 12, 30)
+    assert len(grads) == len(list(model.parameters())) and all(g is not None for g in grads)
+    assert all(p.grad is None for p in model.parameters()) and model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(torch.equal(a, b) for a, b in zip(grads, probe_gradients(model, 4, 12, 30)))

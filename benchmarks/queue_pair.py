@@ -102,7 +102,7 @@ def measure(corpus: Path, model: str, seeds: list[int], scale: float, log) -> di
 
 
 def markdown(report: dict[str, object]) -> str:
-    lines = [f"# Two queued trainings at once ({report['date']} · {report['machine_line']})", "",
+    lines = [f"# Two queued trainings at once ({report['machine_line']})", "",
              f"Written by `benchmarks/queue_pair.py`. {report['model']} (train.steps_scale {report['steps_scale']}), "
              "each seed trained alone with `dvc exp run`, then both queued and started with `dvc queue start -j 2`, "
              "no thread setting (the runs share the cores through `rnnlm.compute.threads`). Tokens per second: "

@@ -40,6 +40,23 @@ from tests import softsign_cell  # noqa: E402
 CELLS.setdefault(softsign_cell.SPEC.name, softsign_cell.SPEC)
 
 
+@pytest.fixture(scope="session")
+def _cores_folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cores")
+
+
+@pytest.fixture(autouse=True)
+def _own_core_share(monkeypatch, _cores_folder):
+    """A stage run inside a test's process joins a share of the cores of its own, left at the test's
+    end, not the machine's (`rnnlm.compute.threads`), where it would stay for the worker's life."""
+    from rnnlm.compute import threads
+
+    share = threads.CoreShare(_cores_folder)
+    monkeypatch.setattr(threads, "SHARE", share)
+    yield
+    share.leave()
+
+
 def cell_configs(variant: dict | None = None, **common) -> list:
     """A small model config for every registered cell (vocab 11, embd 6, hidden 8, two layers unless
     `common` says otherwise), with `variant` (more layers, dropout, a LayerNorm) applied to every

@@ -73,6 +73,7 @@ class CoreShare:
         self.fixed = "OMP_NUM_THREADS" in os.environ
         self.why_fixed = "OMP_NUM_THREADS is set" if self.fixed else ""
         self.verified = False
+        self.probed = False  # verify() computed the gradients at two counts
         self.joined: Path | None = None
         self.checked = float("-inf")
 
@@ -107,6 +108,7 @@ class CoreShare:
             every = [g.detach() for g in gradients()]
         finally:
             torch.set_num_threads(before)
+        self.probed = True
         self.verified = len(one) == len(every) and all(torch.equal(a, b) for a, b in zip(one, every))
         if not self.verified:
             self.fixed = True

@@ -293,7 +293,9 @@ def train(
     here = {"device": device.type, "processor": processor, "gemm": gemm, "from_epoch": 1, "from_step": 0}
     step_fn = make_training_step(model, optimizer, settings.grad_clip, device, graph, carry=carried)
     if device.type == "cpu":  # may this run change its threads as other runs come and go? (compute/threads.py)
-        threads.verify(lambda: probe_gradients(model, settings.batch_size, settings.seq_len, tokenizer.vocab_size))
+        if not threads.verify(lambda: probe_gradients(model, settings.batch_size, settings.seq_len,
+                                                      tokenizer.vocab_size)) and threads.SHARE.probed:
+            print(f"note: this run computes on {torch.get_num_threads()} threads throughout: {threads.SHARE.why_fixed}")
     run = _Run(model, optimizer, scheduler, sampler, val_batches, device, [here], step_fn)
     saved = store.load(lambda state: check_payload(state, model.state_dict(), optimizer.state_dict(), entry.epochs,
                                                    n_steps, ("stream_position",) if carried else ()))

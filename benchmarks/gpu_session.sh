@@ -95,8 +95,8 @@ fi
 
 SINCE=0
 while [ ${#JOBS_RUNNING[@]} -gt 0 ] && running && [ "$(left)" -gt 0 ]; do
-  sleep 5
-  SINCE=$((SINCE + 5))
+  sleep 1
+  SINCE=$((SINCE + 1))
   if [ "$SINCE" -ge 30 ]; then pack; SINCE=0; fi
 done
 if [ ${#JOBS_RUNNING[@]} -gt 0 ] && running; then

@@ -2,12 +2,13 @@
 # One call on a lent GPU machine (no network, ten minutes a command): the CUDA check, then study runs
 # sharing the GPU until the deadline; everything it keeps is packed into $OUT/gpu.tar.gz.
 #
-#   Here, once:  mkdir -p .gpu && cp PATH/tinyshakespeare.txt .gpu/ && git rev-parse HEAD > .gpu/commit
-#                python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#                  --platform manylinux_2_28_x86_64 -d .gpu/whl sentencepiece==0.2.3
-#                echo /.gpu/ >> .git/info/exclude
-#   There:       RUNS="astra_gamma:2 leviathan:4" DEADLINE=540 bash benchmarks/gpu_session.sh   (carry .gpu)
-#   Here, after: python -m rnnlm.study collect --archives <files_at>/study && python -m rnnlm.study report
+#   Here, before: bash benchmarks/gpu_prepare.sh PATH/tinyshakespeare.txt   (.gpu/: corpus, commit, wheels)
+#                 and a dry run on the CPU (DRY_RUN below)
+#   There:        RUNS="leviathan:5 leviathan:6" DEADLINE=500 bash benchmarks/gpu_session.sh   (carry .gpu)
+#   Here, after:  tar xzf <files_at>/gpu.tar.gz -C out && python -m rnnlm.study collect --archives out/study
+#                 && python -m rnnlm.study report
+# Size a call from docs/study-runs.md's solo seconds: MPS gave about 1.6x the throughput of one run at a
+# time, so a 400 s window holds about 640 solo seconds of training and evaluation.
 #
 # RUNS: MODEL[:SEED] words for `gpu_check.py --study`; JOBS runs at once (default 5); DEADLINE seconds
 # after which unfinished runs are stopped and what finished is packed (leave a minute for packing).

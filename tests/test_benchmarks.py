@@ -313,6 +313,30 @@ def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tm
     assert sorted(p.name for p in out.iterdir()) == ["gpu.tar.gz"]
 
 
+def test_gpu_prepare_refuses_a_wrong_corpus_and_an_uncommitted_tree(tmp_path):
+    """What a lent call carries is checked here, before the call: one line and exit 1 for a corpus
+    that is not the pinned one and for uncommitted changes, and no .gpu/ left behind."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("params.yaml", "requirements.txt"):
+        (repo / name).write_text((REPO_ROOT / name).read_text())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *command], cwd=repo, check=True)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("not Shakespeare")
+    script = str(REPO_ROOT / "benchmarks/gpu_prepare.sh")
+
+    wrong = subprocess.run(["bash", script, str(corpus)], cwd=repo, capture_output=True, text=True)
+    assert wrong.returncode == 1 and len(wrong.stderr.strip().splitlines()) == 1
+    assert "sha256" in wrong.stderr and "expected params.yaml's" in wrong.stderr
+
+    (repo / "params.yaml").write_text("changed\n")
+    dirty = subprocess.run(["bash", script, str(corpus)], cwd=repo, capture_output=True, text=True)
+    assert dirty.returncode == 1 and dirty.stderr.startswith("error: uncommitted changes")
+    assert not (repo / ".gpu").exists() and not (repo / ".gpu.partial").exists()
+
+
 def test_the_stage_times_table_names_every_stage_and_part():
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import stage_times

@@ -77,9 +77,11 @@ def test_a_run_takes_its_share_of_the_cores_as_others_come_and_go(tmp_path):
         _enter(tmp_path, other)
         (tmp_path / "123456789").write_text("1.0")  # a process long gone: its file is removed
         (tmp_path / "notes.txt").write_text("x")  # not a process's file at all
+        (tmp_path / ".42.tmp").write_text("")  # another process's file, half written: left to its writer
         assert share.refresh() == 4  # counted again only a second later
         assert share.refresh(now=True) == 2
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([str(other.pid), str(share.joined.name)])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".42.tmp", str(other.pid), share.joined.name])
+        (tmp_path / ".42.tmp").unlink()
     finally:
         other.kill()
         other.wait()

@@ -53,6 +53,8 @@ def live_processes(folder: Path) -> int:
     the files of those that ended are removed."""
     live = 0
     for entry in folder.glob("*"):
+        if entry.name.startswith("."):
+            continue  # a file being written (`join`): its writer renames it in a moment
         try:
             pid, started = int(entry.name), float(entry.read_text() or "nan")
             if abs(psutil.Process(pid).create_time() - started) < 1e-3:

@@ -25,7 +25,6 @@ change.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from rnnlm.compute import backend
@@ -34,6 +33,7 @@ from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import LayerStep, loops_for
 from rnnlm.models.kinds import LanguageModel
 from rnnlm.models.language_model import RecurrentLM
+from rnnlm.compute.layer_norm import layer_norm
 from rnnlm.compute.products import linear
 from rnnlm.models.state import ModelState
 
@@ -80,7 +80,7 @@ class Stepper:
             x = states.hidden(layer_state)  # (B, H)
             new_state.append(layer_state)
         if self.norm is not None:
-            x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
+            x = layer_norm(x, self.norm.weight, self.norm.bias, self.norm.eps)  # as the model's forward
         return linear(x, self.head_t.T, self.head_bias, step=True), tuple(new_state)
 
 

@@ -323,3 +323,47 @@ def test_a_source_added_after_the_build_or_under_a_taken_name_is_refused_in_one_
     assert late not in sources.units()
     assert sources.units()[0].name == "kernels.cpp" and [p.name for p in sources.units()[-2:]] == [
         "generation.cpp", "bindings.cpp"]
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_and_a_live_one_is_waited_for(tmp_path):
+    """PyTorch waits on its build lock for ever; a build killed half-way left one behind once and
+    every later process hung without a word. A lock in a folder still for longer than the limit goes
+    (with a warning naming it); a lock whose build is alive is waited for, said once."""
+    import threading
+    import time
+
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    (dead / "gru.o").write_bytes(b"")
+    (dead / "lock").write_bytes(b"")
+    old = time.time() - 2 * build.STALE_LOCK_SECONDS
+    for path in dead.iterdir():
+        os.utime(path, (old, old))
+    with pytest.warns(UserWarning, match=f"removed {dead / 'lock'}, left by a C\\+\\+ build that stopped"):
+        build._wait_for_other_build(dead)
+    assert not (dead / "lock").exists() and (dead / "gru.o").exists()
+
+    alive = tmp_path / "alive"
+    alive.mkdir()
+    (alive / "lock").write_bytes(b"")
+    threading.Timer(0.3, (alive / "lock").unlink).start()  # the other build ends
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="waiting for another process's C\\+\\+ build") as said:
+        build._wait_for_other_build(alive, poll=0.05)
+    assert 0.25 < time.monotonic() - start < 5 and len(said) == 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build._wait_for_other_build(tmp_path / "dead")  # no lock: returns at once, says nothing
+
+
+def test_the_build_goes_to_a_folder_of_its_own_beside_its_staged_sources(monkeypatch, fresh_build_cache, tmp_path):
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
+    build.compiled()
+    folder = Path(calls[0]["build_directory"])
+    assert folder == tmp_path / calls[0]["name"] and folder.is_dir()
+    assert Path(calls[0]["sources"][0]).parent == tmp_path / f"{calls[0]['name']}_sources"

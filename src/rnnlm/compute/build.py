@@ -18,6 +18,11 @@ repository with the same source (a DVC experiment's temporary workspace, a test'
 repository) loads the same build instead of compiling its own, a changed source never loads a stale
 one, and two environments (two virtual environments, say) keep a build each. If the build fails (no
 compiler, say), one warning says why and the Python loops run: slower, the same numbers.
+
+Two processes building at once take turns on PyTorch's lock file in the build folder, which PyTorch
+waits on without end and without a word. A build killed half-way (Ctrl-C, a `timeout`) leaves that
+file behind, so `_wait_for_other_build` waits here instead: it says once that it waits, and removes
+a lock whose folder has been still for `STALE_LOCK_SECONDS` (one unit compiles in about a minute).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 import warnings
 from functools import cache
 from pathlib import Path
@@ -40,6 +46,10 @@ _CAPABILITY_FLAGS = {
     "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
     "DEFAULT": [],
 }
+
+
+# A build folder with PyTorch's lock in it and no file changed for this long holds a dead build's lock.
+STALE_LOCK_SECONDS = 300.0
 
 
 def _capability() -> str:
@@ -62,11 +72,16 @@ def compiled() -> ModuleType | None:
     try:
         _put_pip_ninja_on_path()
         name = f"rnnlm_native_{capability.lower()}_{digest}"
+        sources = [str(path) for path in _staged([*HEADERS, *files], name)][len(HEADERS) :]
+        build_dir = _build_root() / name
+        build_dir.mkdir(parents=True, exist_ok=True)
+        _wait_for_other_build(build_dir)
         return cpp_extension.load(
             name=name,
-            sources=[str(path) for path in _staged([*HEADERS, *files], name)][len(HEADERS) :],
+            sources=sources,
             extra_cflags=cflags,
             extra_ldflags=["-fopenmp"],
+            build_directory=str(build_dir),
             verbose=False,
         )
     except Exception as error:  # noqa: BLE001 - any build failure leaves the Python loops, which are correct
@@ -79,9 +94,7 @@ def _staged(files: list[Path], name: str) -> list[Path]:
     """Copies of `files` in one folder under the extension cache named after the build (each unit
     includes `kernels.h` by name, which this folder holds; `sources.add` keeps the names apart). Every copy of the repository then builds
     from the same paths: ninja sees nothing new and loads the library it built before."""
-    from torch.utils import cpp_extension
-
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()) / f"{name}_sources"
+    root = _build_root() / f"{name}_sources"
     staged = []
     for path in files:
         copy = root / path.name
@@ -93,6 +106,38 @@ def _staged(files: list[Path], name: str) -> list[Path]:
             partial.replace(copy)  # atomic: a build running beside this one never reads half a file
         staged.append(copy)
     return staged
+
+
+def _build_root() -> Path:
+    """PyTorch's extension cache: `TORCH_EXTENSIONS_DIR`, else its per-user default. A build's
+    folder (`<root>/<name>`) and its staged sources (`<root>/<name>_sources`) sit side by side; the
+    name holds the digest of the PyTorch it builds against, so environments never share a folder."""
+    from torch.utils import cpp_extension
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root())
+
+
+def _wait_for_other_build(build_dir: Path, stale_after: float = STALE_LOCK_SECONDS, poll: float = 1.0) -> None:
+    """Return once `build_dir` holds no lock of PyTorch's builder (a file `lock`, present while
+    another process compiles there). Waiting is said once, as a warning; a lock in a folder where no
+    file has changed for `stale_after` seconds was left by a build that was killed, and is removed
+    with a warning naming it (PyTorch itself would wait for it for ever)."""
+    lock = build_dir / "lock"
+    said = False
+    while lock.exists():
+        try:
+            still = time.time() - max(entry.stat().st_mtime for entry in build_dir.iterdir())
+        except (FileNotFoundError, ValueError):  # the lock (or a file) went as we looked: look again
+            continue
+        if still > stale_after:
+            lock.unlink(missing_ok=True)
+            warnings.warn(f"rnnlm: removed {lock}, left by a C++ build that stopped {still:.0f} s ago "
+                          "(killed half-way); building again", stacklevel=3)
+            return
+        if not said:
+            warnings.warn(f"rnnlm: waiting for another process's C++ build in {build_dir}", stacklevel=3)
+            said = True
+        time.sleep(poll)
 
 
 def _put_pip_ninja_on_path() -> None:

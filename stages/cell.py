@@ -19,10 +19,12 @@ from rnnlm.params import load_params
 def main() -> None:
     (out_json,) = command_args(__doc__)
     params = load_params()  # the whole file: this is the first stage that reads a model's entry
-    cell = params.selected.cell
-    record = CELLS.fingerprint(cell) if cell in CELLS else {"cell": cell, "module": None, "files": {}}
+    entry = params.selected
+    # a model of another kind has no cell: its record names the kind (as `cell`, the bytes it always had)
+    record = CELLS.fingerprint(entry.cell) if entry.cell else {"cell": entry.kind, "module": None, "files": {}}
     write_text_atomic(out_json, json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out_json}: {params.model}'s cell {cell}, {len(record['files'])} files")
+    what = f"cell {entry.cell}" if entry.cell else f"kind {entry.kind} (no cell)"
+    print(f"wrote {out_json}: {params.model}'s {what}, {len(record['files'])} files")
 
 
 if __name__ == "__main__":

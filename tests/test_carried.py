@@ -78,7 +78,7 @@ def test_a_model_entry_overrides_the_shared_state_and_a_window_model_refuses_it(
     assert training_settings(params, "astra_alpha").state == "reset"
     assert as_dict(params)["models"]["astra_beta"]["train"] == {"state": "carried"}
     raw_params["models"]["bengio_mlp"]["train"] = {"state": "carried"}
-    with pytest.raises(Exception, match="models.bengio_mlp.train.state: 'carried' needs a recurrent cell"):
+    with pytest.raises(Exception, match="models.bengio_mlp.train.state: 'carried' needs a recurrent model"):
         parse_params(raw_params)
     raw_params["models"]["bengio_mlp"]["train"] = {"state": "sometimes"}
     with pytest.raises(Exception, match="models.bengio_mlp.train.state: expected one of 'reset', 'carried'"):
@@ -115,5 +115,5 @@ def test_the_shared_carried_state_is_refused_for_the_window_model_alone(raw_para
     raw_params["train"]["state"] = "carried"
     params = parse_params(raw_params)
     assert training_settings(params, "astra_alpha").state == "carried"
-    with pytest.raises(Exception, match=r"^train\.state: 'carried' needs a recurrent cell; cell 'mlp' has no state"):
+    with pytest.raises(Exception, match=r"^train\.state: 'carried' needs a recurrent model; kind 'mlp' has no state"):
         training_settings(params, "bengio_mlp")

@@ -84,7 +84,7 @@ def _delete(raw: dict, path: str) -> None:
         ("models.astra_alpha.dropout", 1.0, "models.astra_alpha.dropout: expected a number in [0, 1), got 1.0"),
         ("models.astra_alpha.dropout", -0.1, "models.astra_alpha.dropout: expected a number in [0, 1), got -0.1"),
         ("models.astra_alpha.cell", "transformer", "models.astra_alpha.cell: expected one of "
-         + ", ".join(repr(name) for name in (*CELLS, "mlp")) + ", got 'transformer'"),
+         + ", ".join(repr(name) for name in CELLS) + ", got 'transformer'"),
         ("models.astra_alpha.layer_norm", "yes", "models.astra_alpha.layer_norm: expected true or false, got 'yes'"),
         ("train.seq_len", 1, "train.seq_len: expected an integer of at least 2, got 1"),
         ("train.batch_size", 0, "train.batch_size: expected a positive integer, got 0"),
@@ -99,7 +99,7 @@ def _delete(raw: dict, path: str) -> None:
         ("data.sha256", "abc", "data.sha256: expected 64 lowercase hex digits, got 'abc'"),
         ("data.train_fraction", 1.0, "data.train_fraction: expected a number strictly between 0 and 1, got 1.0"),
         ("tokenizer.vocab_size", 4, "tokenizer.vocab_size: expected an integer of at least 16, got 4"),
-        ("models.astra_alpha.bogus", 3, "models.astra_alpha.bogus: unknown key; expected one of tokens, cell, embd"),
+        ("models.astra_alpha.bogus", 3, "models.astra_alpha.bogus: unknown key; expected one of tokens, kind, cell, embd"),
         ("train.lr", 3, "train.lr: unknown key; expected one of batch_size, seq_len"),
         ("extra", 1, "extra: unknown key; expected one of model, seed, data"),
         ("train", [1, 2], "train: expected a mapping of keys, got [1, 2]"),

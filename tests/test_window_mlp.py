@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
 
 from rnnlm.models.kinds import build_model, count_parameters, model_from_config
@@ -87,8 +88,14 @@ def test_mlp_samples_in_both_modes():
 @pytest.mark.parametrize(
     ("block", "message"),
     [
-        ({"cell": "mlp", "window": 0}, "models.m.window: expected a positive integer for cell 'mlp', got 0"),
-        ({"cell": "gru", "window": 3}, "models.m.window: only cell 'mlp' has a window"),
+        ({"kind": "mlp", "window": 0}, "models.m.window: expected a positive integer for kind 'mlp', got 0"),
+        ({"cell": "mlp", "window": 0}, "models.m.window: expected a positive integer for kind 'mlp', got 0"),
+        ({"cell": "gru", "window": 3}, "models.m.window: only kind 'mlp' has a window; remove it for cell 'gru'"),
+        ({"kind": "mlp", "cell": "gru", "window": 3},
+         "models.m.cell: only a recurrent model has a cell; remove it for kind 'mlp'"),
+        ({"window": 0}, f"models.m.cell: expected one of {', '.join(map(repr, CELLS))} for a recurrent model "
+                        "(or kind: 'mlp')"),
+        ({"kind": "transformer"}, "models.m.kind: expected one of 'recurrent', 'mlp', got 'transformer'"),
     ],
 )
 def test_window_is_checked_against_the_cell(block, message):
@@ -99,3 +106,21 @@ def test_window_is_checked_against_the_cell(block, message):
                  layer_norm=False, epochs=1, steps_per_epoch=1, lr=0.1, **block)
     with pytest.raises(ParamsError, match=message.replace("(", r"\(").replace(")", r"\)")):
         _build_models({"m": entry}, "models")
+
+
+def test_the_first_spelling_cell_mlp_reads_as_kind_mlp_and_checkpoints_keep_their_form():
+    """params.yaml says `kind: mlp`; the study's run folders keep the first spelling, `cell: mlp`,
+    which reads as the same entry. A checkpoint's config still says `cell: "mlp"` (as every
+    checkpoint since the first), and a recurrent entry's stored form has no `kind` at all."""
+    from rnnlm.params import as_dict, load_params, model_entry
+    from tests.conftest import REPO_ROOT
+
+    params = load_params(REPO_ROOT / "params.yaml")
+    entry = params.models["bengio_mlp"]
+    assert (entry.kind, entry.cell) == ("mlp", None)
+    written = as_dict(entry)
+    first = {("cell" if key == "kind" else key): value for key, value in written.items()}
+    assert "cell" not in written and model_entry(first, "models.bengio_mlp") == entry
+    assert entry.model_config(65).cell == "mlp" and entry.model_config(65).kind == "mlp"
+    recurrent = params.models["astra_alpha"]
+    assert (recurrent.kind, recurrent.cell) == ("recurrent", "gru") and "kind" not in as_dict(recurrent)

@@ -19,7 +19,7 @@ from typing import Any
 
 from rnnlm.errors import ParamsError
 from rnnlm.models.cells import CELLS
-from rnnlm.models.config import WINDOW_MLP, ModelConfig
+from rnnlm.models.config import RECURRENT, WINDOW_MLP, ModelConfig
 from rnnlm.params_base import (DataParams, TokenizerParams, build, choice, describe_value, flag, non_negative_float,
                                open_fraction, positive_float, positive_int, probability_below_one, read_yaml, seed,
                                setting, text, text_list)
@@ -29,10 +29,14 @@ from rnnlm.params_base import (DataParams, TokenizerParams, build, choice, descr
 # users see in error messages.
 
 
+MODEL_KINDS = (RECURRENT, WINDOW_MLP)
+"""The values of a model's `kind:`: a stack of recurrent cells (the default), or the fixed-window MLP."""
+
+
 def cell_names() -> tuple[str, ...]:
-    """The values of a model's `cell:`: the registered recurrent cells and the fixed-window MLP's
-    name (read from the registry without importing the cells, or PyTorch)."""
-    return (*CELLS, WINDOW_MLP)
+    """The values of a recurrent model's `cell:`: the registered cells (read from the registry
+    without importing them, or PyTorch)."""
+    return tuple(CELLS)
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,18 @@ class ModelTraining:
                               omitted_at_default=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelParams:
     """One entry of `models:`: architecture and its own optimisation schedule."""
 
     tokens: str = choice("char", "sentencepiece")
-    # a registered recurrent cell (rnnlm.models.cells.CELLS), or "mlp", the fixed-window model
-    cell: str = setting(str, lambda: "one of " + ", ".join(map(repr, cell_names())), lambda v: v in cell_names())
+    # what the model is: a stack of recurrent cells ("recurrent", the default, left unwritten) or the
+    # fixed-window MLP ("mlp"); a model kind's class is rnnlm.models.kinds.MODELS[kind]
+    kind: str = setting(str, "one of " + ", ".join(map(repr, MODEL_KINDS)), lambda v: v in MODEL_KINDS,
+                        default=RECURRENT, omitted_at_default=True)
+    # a recurrent model's cell, from the registry (rnnlm.models.cells.CELLS); none for another kind
+    cell: str | None = setting(str, lambda: "one of " + ", ".join(map(repr, cell_names())),
+                               lambda v: v in cell_names(), default=None, omitted_at_default=True)
     embd: int = positive_int()
     hidden: int = positive_int()
     layers: int = positive_int()
@@ -84,14 +93,15 @@ class ModelParams:
     epochs: int = positive_int()
     steps_per_epoch: int = positive_int()
     lr: float = positive_float()
-    # Only for `cell: mlp`, the fixed-window model: how many tokens it sees (the last one included).
+    # Only for `kind: mlp`, the fixed-window model: how many tokens it sees (the last one included).
     window: int = setting(int, "a non-negative integer", lambda v: v >= 0, default=0)
     # This entry's own training settings over `train:` (`train: {state: carried}`); none by default.
     train: ModelTraining = field(default=ModelTraining(), metadata={"omitted_at_default": True})
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        """The architecture this entry describes, for a vocabulary of `vocab_size` (what a checkpoint stores)."""
-        return ModelConfig(cell=self.cell, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
+        """The architecture this entry describes, for a vocabulary of `vocab_size` (what a checkpoint
+        stores: there the fixed-window MLP is still `cell: "mlp"`, so checkpoints of every commit read alike)."""
+        return ModelConfig(cell=self.cell if self.kind == RECURRENT else self.kind, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
                            layers=self.layers, dropout=self.dropout, dropout_mode=self.dropout_mode,
                            layer_norm=self.layer_norm, window=self.window)
 
@@ -164,23 +174,36 @@ def _build_models(raw: Any, path: str) -> Mapping[str, ModelParams]:
         if not isinstance(name, str) or not MODEL_NAME.fullmatch(name) or name in RESERVED_NAMES:
             raise ParamsError(f"{path}.{name}: not a model name; expected letters, digits and underscores (not "
                               f"starting with a digit), and none of {', '.join(sorted(RESERVED_NAMES))}")
-    models = {str(name): build(ModelParams, block, f"{path}.{name}") for name, block in raw.items()}
-    for name, model in models.items():
-        if model.cell == WINDOW_MLP and model.window < 1:
-            raise ParamsError(f"{path}.{name}.window: expected a positive integer for cell {WINDOW_MLP!r}, got "
-                              f"{model.window}")
-        if model.cell != WINDOW_MLP and model.window != 0:
-            raise ParamsError(f"{path}.{name}.window: only cell {WINDOW_MLP!r} has a window; remove it for cell "
-                              f"{model.cell!r}")
-        _check_state(model, model.train.state, f"{path}.{name}.train.state")
-    return MappingProxyType(models)
+    return MappingProxyType({str(name): model_entry(block, f"{path}.{name}") for name, block in raw.items()})
+
+
+def _first_spelling(raw: Any) -> Any:
+    """An entry as the fixed-window MLP was first written (`cell: mlp`, before `kind:` existed: the
+    study's run folders keep it) read as `kind: mlp`; any other entry as it is."""
+    if isinstance(raw, Mapping) and raw.get("cell") == WINDOW_MLP and "kind" not in raw:
+        return {("kind" if key == "cell" else key): value for key, value in raw.items()}
+    return raw
+
+
+def _check_kind(model: ModelParams, path: str) -> None:
+    """What each kind needs: a recurrent model a cell and no window, the fixed-window MLP a window
+    and no cell."""
+    if model.kind == RECURRENT and model.cell is None:
+        raise ParamsError(f"{path}.cell: expected one of {', '.join(map(repr, cell_names()))} for a recurrent "
+                          f"model (or kind: {WINDOW_MLP!r})")
+    if model.kind != RECURRENT and model.cell is not None:
+        raise ParamsError(f"{path}.cell: only a recurrent model has a cell; remove it for kind {model.kind!r}")
+    if model.kind == WINDOW_MLP and model.window < 1:
+        raise ParamsError(f"{path}.window: expected a positive integer for kind {WINDOW_MLP!r}, got {model.window}")
+    if model.kind != WINDOW_MLP and model.window != 0:
+        raise ParamsError(f"{path}.window: only kind {WINDOW_MLP!r} has a window; remove it for cell {model.cell!r}")
 
 
 def _check_state(model: ModelParams, state: str | None, key: str) -> None:
-    """'carried' needs a recurrent cell: the fixed-window model has no state to carry (`key`: the
+    """'carried' needs a recurrent model: the fixed-window one has no state to carry (`key`: the
     setting that asked for it)."""
-    if state == "carried" and model.cell == WINDOW_MLP:
-        raise ParamsError(f"{key}: 'carried' needs a recurrent cell; cell {WINDOW_MLP!r} has no state to carry")
+    if state == "carried" and model.kind != RECURRENT:
+        raise ParamsError(f"{key}: 'carried' needs a recurrent model; kind {model.kind!r} has no state to carry")
 
 
 def training_settings(params: Params, name: str) -> TrainParams:
@@ -193,8 +216,12 @@ def training_settings(params: Params, name: str) -> TrainParams:
 
 
 def model_entry(raw: Any, path: str = "model") -> ModelParams:
-    """One entry of `models:` (as a run's own params.yaml holds it), validated into `ModelParams`."""
-    return build(ModelParams, raw, path)
+    """One entry of `models:` (as params.yaml or a run's own copy of it holds it, in either spelling
+    of the fixed-window MLP), validated into `ModelParams`, or a ParamsError naming the key."""
+    model = build(ModelParams, _first_spelling(raw), path)
+    _check_kind(model, path)
+    _check_state(model, model.train.state, f"{path}.train.state")
+    return model
 
 
 def parse_params(raw: Any) -> Params:

@@ -1,11 +1,11 @@
 """A model's architecture as a checkpoint stores it (`ModelConfig`), and where it comes from.
 
-`cell:` names either a recurrent cell of the registry (`rnnlm.models.cells.CELLS`: the model is a
-stack of that cell's layers) or a model kind of its own that is not a cell: `WINDOW_MLP`, the
-fixed-window MLP, the only one today. `ModelConfig.kind` says which ("recurrent" or "mlp");
-`rnnlm.models.kinds` maps each kind to its model class; a params.yaml entry gives its config with
-`ModelParams.model_config(vocab_size)`. The stored form stays `cell: mlp`, so
-params.yaml and every checkpoint read as before.
+A params.yaml entry names its model's kind (`kind:`, recurrent when left out) and, for a recurrent
+model, its cell from the registry (`rnnlm.models.cells.CELLS`: the model is a stack of that cell's
+layers); the other kind is `WINDOW_MLP`, the fixed-window MLP. `ModelParams.model_config(vocab_size)`
+gives the config; `rnnlm.models.kinds` maps each kind to its model class. The stored form keeps one
+field for both, `cell` (a cell's name, or `mlp`), as every checkpoint since the first holds it;
+`ModelConfig.kind` reads the kind back from it.
 """
 
 from __future__ import annotations

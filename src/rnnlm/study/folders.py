@@ -103,7 +103,9 @@ class StudyRun:
 
     @property
     def cell(self) -> str:
-        return self.entry["cell"]
+        """The entry's cell; for a model of another kind, the kind (`mlp`: as the fixed-window MLP's
+        entries first said it, `cell: mlp`)."""
+        return self.entry.get("cell") or self.entry["kind"]
 
     @property
     def tokens(self) -> str:
@@ -119,7 +121,7 @@ class StudyRun:
     @property
     def shape(self) -> tuple:
         """The recurrent stack's sizes (cell, embedding, hidden, layers), to match the two tokenizations."""
-        return self.entry["cell"], self.entry["embd"], self.entry["hidden"], self.entry["layers"]
+        return self.cell, self.entry["embd"], self.entry["hidden"], self.entry["layers"]
 
     @property
     def steps_scale(self) -> float:
@@ -254,7 +256,7 @@ def _shape_does_not_fit(run: StudyRun) -> str | None:
     vocab, rest = divmod(int(run.train["parameters"]) - (at_one - slope), slope)
     sentencepiece = (run.params.get("tokenizer") or {}).get("vocab_size") if entry.tokens == "sentencepiece" else None
     if rest or vocab < 1 or (sentencepiece is not None and vocab != sentencepiece):
-        return (f"describes models.{run.model} as {entry.cell} {entry.embd}/{entry.hidden}/{entry.layers}, which cannot "
+        return (f"describes models.{run.model} as {entry.cell or entry.kind} {entry.embd}/{entry.hidden}/{entry.layers}, which cannot "
                 f"have the {int(run.train['parameters']):,} parameters train_metrics.json counted")
     return None
 

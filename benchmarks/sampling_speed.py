@@ -13,7 +13,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
 from rnnlm.compute import gemm_choice  # noqa: E402
-from rnnlm.inference.decoding import Decoding, generate, make_generator  # noqa: E402
+from rnnlm.inference.decoding import Decoding  # noqa: E402
+from rnnlm.inference.generation import generate, make_generator  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.models.language_model import RecurrentLM  # noqa: E402
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402

@@ -31,7 +31,7 @@ on the CPU, from the allocator's statistics on CUDA).
 
 Sampling: stateful generation from a one-token prompt, sampling at temperature 1, for the
 character models, in characters per second at batch 1 and at batch 64: ours through
-`rnnlm.inference.decoding.generate` (on the CPU, its compiled loop), the study's cell and PyTorch's layers
+`rnnlm.inference.generation.generate` (on the CPU, its compiled loop), the study's cell and PyTorch's layers
 through a Python loop of their steps, picking as the study's code does (softmax, then
 `torch.multinomial`). Beside them, "products
 alone": only the matrix products one step of our model cannot avoid (each hidden-side matrix, each

@@ -58,7 +58,8 @@ def _child(name: str, workload: str, tokens: int, steps: int, repeats: int, star
     if not rule:
         gemm_choice.MIN_PARALLEL_STEP_MACS = 0  # before the compiled code first loads and is told it
     keep_freed_memory()
-    from rnnlm.inference.decoding import Decoding, generate, make_generator
+    from rnnlm.inference.decoding import Decoding
+    from rnnlm.inference.generation import generate, make_generator
     from rnnlm.models.language_model import RecurrentLM
     from rnnlm.training.step import EagerStep, make_optimizer
 

@@ -20,7 +20,8 @@ from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import parse_params
-from rnnlm.inference.decoding import Decoding, generate, make_generator
+from rnnlm.inference.decoding import Decoding
+from rnnlm.inference.generation import generate, make_generator
 from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.training.train import train

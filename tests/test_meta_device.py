@@ -12,7 +12,8 @@ from rnnlm.errors import RnnlmError
 from rnnlm.evaluation.evaluate import reset_curve_totals
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
-from rnnlm.inference.decoding import Decoding, generate, same_device
+from rnnlm.inference.decoding import Decoding
+from rnnlm.inference.generation import generate, same_device
 from rnnlm.evaluation.scoring import streamed_token_nll, windowed_total
 from rnnlm.training.step import EagerStep, LossLog, make_optimizer
 from tests.conftest import cell_configs

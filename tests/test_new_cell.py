@@ -14,7 +14,8 @@ import pytest
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.evaluation.evaluate import evaluate
-from rnnlm.inference.decoding import Decoding, generate, make_generator
+from rnnlm.inference.decoding import Decoding
+from rnnlm.inference.generation import generate, make_generator
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.params import parse_params
 from rnnlm.inference.generation_run import run_generations

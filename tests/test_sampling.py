@@ -8,7 +8,8 @@ import torch
 from rnnlm.models.config import ModelConfig
 
 from rnnlm.models.language_model import RecurrentLM
-from rnnlm.inference.decoding import Decoding, SamplingError, generate, make_generator, pick
+from rnnlm.inference.decoding import Decoding, SamplingError, pick
+from rnnlm.inference.generation import generate, make_generator
 from tests.conftest import cell_configs, randomised_model
 
 STEPPING_CONFIGS = cell_configs({"layers": 3, "layer_norm": True})
@@ -247,7 +248,7 @@ def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products
 @pytest.mark.parametrize("mode", ["stateful", "stateless"])
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):
-    from rnnlm.inference.decoding import generation_loop
+    from rnnlm.inference.generation import generation_loop
     from rnnlm.inference.stepping import Stepper
 
     model = _float32_model(config)

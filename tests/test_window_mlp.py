@@ -76,7 +76,8 @@ def test_window_of_one_has_an_empty_state():
 
 
 def test_mlp_samples_in_both_modes():
-    from rnnlm.inference.decoding import Decoding, generate, make_generator
+    from rnnlm.inference.decoding import Decoding
+    from rnnlm.inference.generation import generate, make_generator
 
     model = _mlp()
     for mode in ("stateless", "stateful"):

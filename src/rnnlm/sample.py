@@ -17,7 +17,8 @@ import torch
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.errors import RnnlmError
 from rnnlm.command_line import run_main
-from rnnlm.inference.decoding import MODES, STRATEGIES, Decoding, check_request, generate, make_generator
+from rnnlm.inference.decoding import STRATEGIES, Decoding
+from rnnlm.inference.generation import MODES, check_request, generate, make_generator
 from rnnlm.compute.device import resolve_device
 from rnnlm.memory import fits_in_memory
 from rnnlm.params_base import SEED_EXPECTED, seed_in_range

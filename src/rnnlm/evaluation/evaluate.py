@@ -45,7 +45,7 @@ from rnnlm.timing import StageClock, part_of
 from rnnlm.evaluation.blocks import BlockTable, block_sums
 from rnnlm.evaluation.context import ContextCurve, context_curve
 from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_token_nll, windowed_total
-from rnnlm.inference.decoding import MODES
+from rnnlm.inference.generation import MODES
 from rnnlm.evaluation.textstats import text_statistics, word_vocabulary
 from rnnlm.data.tokenizers import Tokenizer
 

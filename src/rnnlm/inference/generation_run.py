@@ -16,7 +16,8 @@ import torch
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.models.kinds import count_parameters
 from rnnlm.params import GenerateParams, as_dict
-from rnnlm.inference.decoding import MODES, Decoding, generate, make_generator
+from rnnlm.inference.decoding import Decoding
+from rnnlm.inference.generation import MODES, generate, make_generator
 from rnnlm.inference.generation_record import GenerationRun, Sample
 
 

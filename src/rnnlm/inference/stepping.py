@@ -10,7 +10,7 @@ A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
   of a gate summed into one vector, so each gate product is one `addmm`; its step runs the cell's
   loops for the device (`rnnlm.compute.backend`);
 - where the "cpp" backend runs, the whole step is one call too: `compiled`, the same step in C++
-  (`compute/cpp/generation.cpp`), which `rnnlm.inference.decoding.generate` also runs its loop
+  (`compute/cpp/generation.cpp`), which `rnnlm.inference.generation.generate` also runs its loop
   through; the Python `__call__` is its twin (what CUDA runs), and gives the same logits bit for bit;
 - it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
 

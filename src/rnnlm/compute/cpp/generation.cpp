@@ -1,5 +1,5 @@
 // Generation on the CPU: a whole model's one-token step (stepping.py's Stepper), the choice of the
-// next token (decoding.py's pick) and the loop that alternates them (decoding.py's loop), in C++.
+// next token (decoding.py's pick) and the loop that alternates them (generation.py's loop), in C++.
 //
 // Why: at batch 1 a character of a large model streams every weight through the caches, which evicts
 // the Python interpreter and the dispatcher along with everything else, so each Python call of the
@@ -150,7 +150,7 @@ class CompiledStepper {
     return {step_linear(head_bias_, x, head_t_), next};
   }
 
-  // decoding.py's loop from the prompt's logits (N, V) and state: pick a token, step (carrying the
+  // generation.py's loop from the prompt's logits (N, V) and state: pick a token, step (carrying the
   // state if `stateful`, from zeros if not), repeat -> the new ids (N, max_new_tokens). `on_token`, if
   // given, is called with each step's ids (N,) as soon as they are picked.
   Tensor generate(Tensor logits, State state, bool stateful, int64_t max_new_tokens, const std::string& strategy,

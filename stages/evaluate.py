@@ -5,7 +5,7 @@ Writes METRICS_JSON (state-reset curve, context curve and horizon, n-gram floor,
 mode), CURVE_CSV (the reset curve with the n-gram levels) and CONTEXT_CSV (the context curve), the
 two for `dvc plots`, BLOCKS_CSV (each scorer's nats per 2,048-character block of the validation
 split, for the study's text resampling) and TIMING_JSON: each part's wall and CPU seconds. Below full scale
-(`train.steps_scale` < 1) it measures on part of the validation text (`rnnlm.evaluation.quick`).
+(`train.steps_scale` < 1) it measures on part of the validation text (`rnnlm.scale`).
 """
 
 from pathlib import Path
@@ -18,7 +18,7 @@ from rnnlm.command_line import command_args, run_main
 from rnnlm.memory import keep_freed_memory
 from rnnlm.evaluation.blocks import write_blocks
 from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metrics, write_reset_curve
-from rnnlm.evaluation.quick import evaluate_settings, validation_text
+from rnnlm.scale import evaluate_settings, validation_text
 from rnnlm.params import load_params
 from rnnlm.inference.generation_record import read_generations
 from rnnlm.timing import StageClock

@@ -16,7 +16,7 @@ from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.compute import threads
 from rnnlm.compute.device import device_for
 from rnnlm.command_line import RESUMES, command_args, run_main
-from rnnlm.evaluation.quick import validation_text
+from rnnlm.scale import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory
 from rnnlm.params import load_params, training_settings
 from rnnlm.data.tokenizers import load_tokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rnnlm.evaluation.quick import MIN_TARGETS, MIN_VALIDATION_CHARS, evaluate_settings, validation_text
+from rnnlm.scale import MIN_TARGETS, MIN_VALIDATION_CHARS, evaluate_settings, validation_text
 from rnnlm.params import parse_params
 
 

@@ -49,6 +49,7 @@ from rnnlm.evaluation.scoring import batch_nll, windowed_nll
 from rnnlm.models.state import from_lists, to_lists
 from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import Params, as_dict, training_settings
+from rnnlm.scale import quick
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.timing import StageClock, part_of
 from rnnlm.training.progress import EpochProgress, History, Progress
@@ -365,7 +366,7 @@ def train(
             run.keep_first_epoch()
         # A full run saves after every epoch; a quick one (seconds an epoch) as inside an epoch, every
         # `save_every_s`: writing its whole state each epoch took a tenth of its time.
-        if settings.steps_scale >= 1 or time.perf_counter() - last_save >= save_every_s:
+        if not quick(settings.steps_scale) or time.perf_counter() - last_save >= save_every_s:
             with part_of(clock, "resume file"):
                 store.save(run.snapshot(epoch, history, seconds), entry.epochs)
             last_save = time.perf_counter()

@@ -1,12 +1,14 @@
-"""A quick run measures in proportion: the one rule that scales evaluation with `train.steps_scale`.
+"""A run's scale, `train.steps_scale`: full (1 and above) or quick, and the one rule for what a quick
+run does in proportion, read by training and evaluation alike.
 
-In:  the validation text, the evaluate settings and `train.steps_scale`.
-Out: what a run at that scale measures on. At full scale (steps_scale ≥ 1) everything is unchanged.
-Below it, with s = steps_scale:
+In:  `train.steps_scale`, and the validation text or the evaluate settings.
+Out: whether the run is quick, and what it measures on. At full scale (steps_scale ≥ 1) everything
+is unchanged. Below it, with s = steps_scale:
 
 - the validation text (per-epoch validation in training, and every measure of the evaluate stage)
   is its first s-th part, never less than `MIN_VALIDATION_CHARS` characters (nor more than the whole);
-- training saves its resume file every `save_every_s`, not after every epoch (`rnnlm.training.train`);
+- training saves its resume file every `save_every_s`, not after every epoch (`rnnlm.training.train`
+  asks `quick`);
 - the context curve scores s of `evaluate.context_targets` targets, never fewer than `MIN_TARGETS`
   (its lengths beyond the shorter text are left out, as for any short text).
 

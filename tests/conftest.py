@@ -138,6 +138,7 @@ def make_dvc_repo(root: Path, corpus: str, params_update) -> Path:
     run(["git", "config", "user.name", "test"], root)
     run(["dvc", "init", "-q"], root)
     run(["dvc", "config", "core.analytics", "false"], root)
+    shutil.copy(REPO_ROOT / ".dvcignore", root / ".dvcignore")  # over dvc init's: what a folder dep leaves out
     shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots")  # the plot templates dvc.yaml names
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "pipeline"], root)

@@ -100,8 +100,10 @@ class ModelParams:
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The architecture this entry describes, for a vocabulary of `vocab_size` (what a checkpoint
-        stores: there the fixed-window MLP is still `cell: "mlp"`, so checkpoints of every commit read alike)."""
-        return ModelConfig(cell=self.cell if self.kind == RECURRENT else self.kind, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
+        stores: there the fixed-window MLP is still `cell: "mlp"`, so checkpoints of every commit read
+        alike)."""
+        stored_cell = self.cell if self.kind == RECURRENT else self.kind
+        return ModelConfig(cell=stored_cell, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
                            layers=self.layers, dropout=self.dropout, dropout_mode=self.dropout_mode,
                            layer_norm=self.layer_norm, window=self.window)
 

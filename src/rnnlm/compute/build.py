@@ -92,8 +92,9 @@ def compiled() -> ModuleType | None:
 
 def _staged(files: list[Path], name: str) -> list[Path]:
     """Copies of `files` in one folder under the extension cache named after the build (each unit
-    includes `kernels.h` by name, which this folder holds; `sources.add` keeps the names apart). Every copy of the repository then builds
-    from the same paths: ninja sees nothing new and loads the library it built before."""
+    includes `kernels.h` by name, which this folder holds; `sources.add` keeps the names apart).
+    Every copy of the repository then builds from the same paths: ninja sees nothing new and loads
+    the library it built before."""
     root = _build_root() / f"{name}_sources"
     staged = []
     for path in files:

@@ -21,7 +21,7 @@ def main() -> None:
     params = load_params()  # the whole file: this is the first stage that reads a model's entry
     entry = params.selected
     # a model of another kind has no cell: its record names the kind (as `cell`, the bytes it always had)
-    record = CELLS.fingerprint(entry.cell) if entry.cell else {"cell": entry.kind, "module": None, "files": {}}
+    record = CELLS.fingerprint(entry.cell) if entry.cell else {"cell": entry.config_cell, "module": None, "files": {}}
     write_text_atomic(out_json, json.dumps(record, indent=2) + "\n")
     what = f"cell {entry.cell}" if entry.cell else f"kind {entry.kind} (no cell)"
     print(f"wrote {out_json}: {params.model}'s {what}, {len(record['files'])} files")

@@ -98,12 +98,16 @@ class ModelParams:
     # This entry's own training settings over `train:` (`train: {state: carried}`); none by default.
     train: ModelTraining = field(default=ModelTraining(), metadata={"omitted_at_default": True})
 
+    @property
+    def config_cell(self) -> str:
+        """What a checkpoint's config stores as `cell`: the recurrent cell, or the kind of a model that
+        has none (the fixed-window MLP is still `cell: "mlp"` there, so checkpoints of every commit
+        read alike)."""
+        return self.cell if self.kind == RECURRENT else self.kind
+
     def model_config(self, vocab_size: int) -> ModelConfig:
-        """The architecture this entry describes, for a vocabulary of `vocab_size` (what a checkpoint
-        stores: there the fixed-window MLP is still `cell: "mlp"`, so checkpoints of every commit read
-        alike)."""
-        stored_cell = self.cell if self.kind == RECURRENT else self.kind
-        return ModelConfig(cell=stored_cell, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
+        """The architecture this entry describes, for a vocabulary of `vocab_size` (what a checkpoint stores)."""
+        return ModelConfig(cell=self.config_cell, vocab_size=vocab_size, embd=self.embd, hidden=self.hidden,
                            layers=self.layers, dropout=self.dropout, dropout_mode=self.dropout_mode,
                            layer_norm=self.layer_norm, window=self.window)
 

@@ -256,7 +256,7 @@ def _shape_does_not_fit(run: StudyRun) -> str | None:
     vocab, rest = divmod(int(run.train["parameters"]) - (at_one - slope), slope)
     sentencepiece = (run.params.get("tokenizer") or {}).get("vocab_size") if entry.tokens == "sentencepiece" else None
     if rest or vocab < 1 or (sentencepiece is not None and vocab != sentencepiece):
-        return (f"describes models.{run.model} as {entry.cell or entry.kind} {entry.embd}/{entry.hidden}/{entry.layers}, which cannot "
+        return (f"describes models.{run.model} as {entry.config_cell} {entry.embd}/{entry.hidden}/{entry.layers}, which cannot "
                 f"have the {int(run.train['parameters']):,} parameters train_metrics.json counted")
     return None
 

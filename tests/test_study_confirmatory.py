@@ -49,6 +49,16 @@ def test_the_permutation_test_is_scipys_exact_one():
                                     permutation_type="independent", alternative="greater", n_resamples=np.inf)
     assert ours.above == pytest.approx(theirs.pvalue) and ours.smallest == 1 / math.comb(10, 5)
     assert permutation(a, b).above == 1 / 252  # every a above every b: only the split as observed
+    # Unequal sizes, each way round, and again at another edge (the table of splits is built once
+    # per shape and shared): still scipy's p-values.
+    for first, second in ((a[:3], b), (a, b[:2])):
+        for edge in (0.1, 0.2):
+            shifted = [x - edge for x in first]
+            for alternative, ours_p in (("greater", "above"), ("less", "below")):
+                theirs = stats.permutation_test((shifted, second), lambda x, y: np.mean(x) - np.mean(y),
+                                                permutation_type="independent", alternative=alternative,
+                                                n_resamples=np.inf)
+                assert getattr(permutation(first, second, edge), ours_p) == pytest.approx(theirs.pvalue)
 
 
 def test_holms_adjusted_p_values_as_worked_by_hand():

@@ -17,6 +17,7 @@ the same shape of result as a t-interval's (`rnnlm.study.judging.rules.decide` t
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -51,8 +52,7 @@ def sign_flip(values: Sequence[float], edge: float = 0.0) -> ExactTest:
     x = np.asarray(values, dtype=float) - edge
     if x.size > 20:
         raise ValueError(f"{x.size} values: the exact sign-flip test enumerates 2^n assignments, n at most 20")
-    signs = np.array(list(itertools.product((1.0, -1.0), repeat=x.size)))  # (2^n, n)
-    above, below = _p_values(signs @ x / x.size, float(x.mean()))
+    above, below = _p_values(_signs(x.size) @ x / x.size, float(x.mean()))
     return ExactTest(above, below, 1 / 2**x.size, int(x.size))
 
 
@@ -62,11 +62,33 @@ def permutation(a: Sequence[float], b: Sequence[float], edge: float = 0.0) -> Ex
     pooled, total = np.concatenate([x, y]), x.size + y.size
     if math.comb(total, x.size) > 200_000:
         raise ValueError(f"{x.size} against {y.size} runs: too many splits to enumerate")
-    splits = list(itertools.combinations(range(total), x.size))
-    first = np.zeros((len(splits), total), dtype=bool)
-    for row, chosen in enumerate(splits):
-        first[row, list(chosen)] = True
+    first = _splits(total, x.size)
     sums = first @ pooled
     differences = sums / x.size - (pooled.sum() - sums) / y.size
     above, below = _p_values(differences, float(x.mean() - y.mean()))
-    return ExactTest(above, below, 1 / len(splits), int(min(x.size, y.size)))
+    return ExactTest(above, below, 1 / len(first), int(min(x.size, y.size)))
+
+
+# The report asks for the same few shapes hundreds of times (every row at every edge of its grid), so
+# each table of assignments is built once; they are read-only, and their rows keep
+# itertools' order, so the sums, and the p-values, are the same bytes as without the cache.
+
+
+@functools.cache
+def _signs(n: int) -> np.ndarray:
+    """Every assignment of signs to n values, in itertools.product's order: (2^n, n) of ±1.0."""
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=n))).reshape(2**n, n)
+    signs.flags.writeable = False
+    return signs
+
+
+@functools.cache
+def _splits(total: int, first: int) -> np.ndarray:
+    """Every split of `total` pooled runs that gives `first` of them to the first model, in
+    itertools.combinations' order: (C(total, first), total) of bool, True where the run is the first's."""
+    chosen = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(total), first)),
+                         dtype=np.intp).reshape(-1, first)  # (splits, first)
+    table = np.zeros((len(chosen), total), dtype=bool)
+    table[np.arange(len(chosen))[:, None], chosen] = True
+    table.flags.writeable = False
+    return table

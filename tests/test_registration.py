@@ -81,9 +81,14 @@ def test_writing_a_registration_reads_its_history_from_git_and_never_overwrites(
     draft = tmp_path / "draft.yaml"
     text = current_registration(STUDY).path.read_text()
     draft.write_text(text[:text.index("\n# Read from git")] + "\n")
-    raw = draft.read_text().replace("rule_commits: [54b5d35]", f"rule_commits: [{data[:7]}]")
-    draft.write_text(raw.replace("data_models: [astra_alpha_carried, astra_beta_carried]", "data_models: [astra_alpha]"))
+    raw = draft.read_text().replace("data_models: [astra_alpha_carried, astra_beta_carried]", "data_models: [astra_alpha]")
+    draft.write_text(raw.replace("rule_commits: [54b5d35]", "rule_commits: [1234567]"))
     out = repo / "reports/study/registration-2.yaml"
+    with pytest.raises(RegistrationError, match=r"claims.7.rule_commits: 1234567 is read as a number; expected each "
+                                                r"commit as text, quoted where it is all digits \('1234567'\)"):
+        write_registration(draft, out, repo)  # a hash's prefix of decimal digits only: 1 in 27 at 7 digits
+    assert not out.exists()
+    draft.write_text(raw.replace("rule_commits: [54b5d35]", f"rule_commits: ['{data[:7]}']"))
     with pytest.raises(RegistrationError, match="commit 4143d4d: not in this repository"):
         write_registration(draft, out, repo)
     for claim in range(1, 7):  # rules set in commits this small repository lacks

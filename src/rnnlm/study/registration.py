@@ -250,12 +250,17 @@ def write_registration(draft: Path, out: Path, repo: Path = Path(".")) -> Regist
     lines = [text.rstrip("\n"), "", "# Read from git when this file was written (`python -m rnnlm.study register`).",
              "history:"]
     for number, entry in raw["claims"].items():
+        for commit in entry.get("rule_commits", []):
+            if not isinstance(commit, str):  # YAML reads 1234567, or 0123456 (octal), as a number
+                raise RegistrationError(f"{draft}: claims.{number}.rule_commits: {commit!r} is read as a number; "
+                                        "expected each commit as text, quoted where it is all digits ('1234567')")
+    for number, entry in raw["claims"].items():
         rules = [_when(repo, c) for c in entry.get("rule_commits", [])]
         data = _first_committed(repo, [f"reports/study/{m}" for m in entry.get("data_models", [])])
-        lines.append(f"  {number}:")
-        lines.append("    rule_set: [" + ", ".join(f"{{commit: {r['commit']}, date: '{r['date']}'}}" for r in rules) + "]")
+        lines.append(f"  {number}:")  # commits quoted: a hash's first 12 digits can all be decimal ones
+        lines.append("    rule_set: [" + ", ".join(f"{{commit: '{r['commit']}', date: '{r['date']}'}}" for r in rules) + "]")
         lines.append("    data_first_committed: " + ("null" if data is None else
-                                                     f"{{commit: {data['commit']}, date: '{data['date']}'}}"))
+                                                     f"{{commit: '{data['commit']}', date: '{data['date']}'}}"))
     write_text_atomic(out, "\n".join(lines) + "\n")
     return load_registration(out)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import os
 import random
@@ -142,6 +143,34 @@ def make_dvc_repo(root: Path, corpus: str, params_update) -> Path:
     shutil.copytree(REPO_ROOT / ".dvc" / "plots", root / ".dvc" / "plots")  # the plot templates dvc.yaml names
     run(["git", "add", "-A"], root)
     run(["git", "commit", "-qm", "pipeline"], root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, worker_id) -> Path:
+    """A repository where `dvc repro` has run the whole pipeline once on tiny models, the result
+    committed. Built once per test session, both xdist workers included: the first to ask builds it
+    under a lock, the other waits for it. Modules copy it (`copy_repo`) instead of training again;
+    never change it in place."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":  # each worker's base folder sits in the session's own
+        shared = shared.parent
+    root, built = shared / "finished-run" / "repo", shared / "finished-run.built"
+    with open(shared / "finished-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            shutil.rmtree(root.parent, ignore_errors=True)  # a build cut short by a failure
+            make_dvc_repo(root, synthetic_play(30_000), tiny_models)
+            run(["dvc", "repro"], root)
+            run(["git", "add", "-A"], root)
+            run(["git", "commit", "-qm", "a finished run"], root)
+            built.touch()
+    return root
+
+
+def copy_repo(source: Path, root: Path) -> Path:
+    """A copy of the repository at `source` (its git history, DVC cache and run-cache) at `root`."""
+    shutil.copytree(source, root, symlinks=True)
     return root
 
 

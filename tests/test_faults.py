@@ -22,7 +22,7 @@ import yaml
 
 from rnnlm import atomic
 from rnnlm.training.resume import read_header
-from tests.conftest import REPO_ROOT, make_dvc_repo, sha256_of, synthetic_play, tiny_models
+from tests.conftest import REPO_ROOT, copy_repo, make_dvc_repo, sha256_of, synthetic_play, tiny_models
 
 CORPUS = synthetic_play(30_000)
 STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and the output it writes
@@ -231,21 +231,13 @@ def test_sigterm_and_ctrl_c_keep_the_last_epoch_and_say_so_in_one_line(pipeline,
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_dvc_repro_loses_the_stages_earlier_outputs_and_dvc_checkout_brings_them_back(tmp_path):
+def test_ctrl_c_in_dvc_repro_loses_the_stages_earlier_outputs_and_dvc_checkout_brings_them_back(tmp_path, finished_run):
     """DVC removes a stage's outputs before it runs the stage: a `dvc repro` stopped in the train stage
     leaves no checkpoint and no training reports (the README says so), every other stage's outputs
     stay, and `dvc checkout train` (checkpoint) with `git checkout -- reports/train` (reports, kept in
     git) brings back what the last finished run committed."""
-    def tiny(params: dict) -> None:
-        tiny_models(params)
-        params["generate"]["max_new_tokens"] = 10
-
-    root = make_dvc_repo(tmp_path / "repo", CORPUS, tiny)
+    root = copy_repo(finished_run, tmp_path / "repo")
     env = _env()
-    first = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-qm", "a finished run"], cwd=root, check=True)
     kept = {p: (root / p).read_bytes() for p in ("models/model.pt", "reports/train/metrics.json",
                                                   "reports/metrics.json", "reports/generations.md")}
     params = root / "params.yaml"

@@ -11,7 +11,7 @@ import yaml
 import torch
 
 from rnnlm.evaluation.blocks import read_blocks
-from tests.conftest import make_dvc_repo, run, small_tokenizer, synthetic_play, tiny_models
+from tests.conftest import copy_repo, make_dvc_repo, run, small_tokenizer, synthetic_play, tiny_models
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +96,8 @@ def _metrics(root) -> dict:
 
 
 @pytest.fixture(scope="module")
-def train_repo(tmp_path_factory):
-    root = make_dvc_repo(tmp_path_factory.mktemp("train") / "repo", synthetic_play(30_000), tiny_models)
-    run(["dvc", "repro"], root)
-    return root
+def train_repo(tmp_path_factory, finished_run):
+    return copy_repo(finished_run, tmp_path_factory.mktemp("train") / "repo")
 
 
 def test_repro_trains_the_selected_model(train_repo):
@@ -161,32 +159,23 @@ def test_generate_evaluate_and_report(train_repo):
     assert "up to date" in run(["dvc", "status"], train_repo).stdout
 
 
-def test_switching_back_restores_from_the_run_cache(train_repo):
+def test_a_cell_without_loops_trains_and_switching_back_restores_from_the_run_cache(train_repo):
+    """mgu_alpha (the minimal gated unit, autograd only) trains, samples and is evaluated by `dvc repro`;
+    switching back to the default model brings its checkpoint and figures back from the run cache."""
     first = (train_repo / "models/model.pt").read_bytes()
     first_metrics = _metrics(train_repo)
-    _select(train_repo, "rnn_alpha")
-    trained = run(["dvc", "repro"], train_repo)
-    assert "Running stage 'train'" in trained.stdout
-    assert _metrics(train_repo)["model"] == "rnn_alpha"
-    _select(train_repo, "astra_alpha")
-    restored = run(["dvc", "repro"], train_repo)
-    assert "Stage 'train' is cached - skipping run, checking out outputs" in restored.stdout
-    assert (train_repo / "models/model.pt").read_bytes() == first
-    assert _metrics(train_repo) == first_metrics
-
-
-def test_a_cell_without_loops_runs_through_the_pipeline(train_repo):
-    """mgu_alpha (the minimal gated unit, autograd only) trains, samples and is evaluated by `dvc repro`;
-    switching back restores the default model from the run cache."""
     _select(train_repo, "mgu_alpha")
-    run(["dvc", "repro"], train_repo)
+    assert "Running stage 'train'" in run(["dvc", "repro"], train_repo).stdout
     assert _metrics(train_repo)["model"] == "mgu_alpha" and _metrics(train_repo)["steps"] == 6
     generations = json.loads((train_repo / "reports/generations.json").read_text())
     assert generations["model"] == "mgu_alpha" and {s["mode"] for s in generations["samples"]} == {"stateless", "stateful"}
     metrics = json.loads((train_repo / "reports/metrics.json").read_text())
     assert metrics["model"] == "mgu_alpha" and math.isfinite(metrics["stateful_bpc"]) and "context_horizon" in metrics
     _select(train_repo, "astra_alpha")
-    assert "Stage 'train' is cached" in run(["dvc", "repro"], train_repo).stdout
+    restored = run(["dvc", "repro"], train_repo)
+    assert "Stage 'train' is cached - skipping run, checking out outputs" in restored.stdout
+    assert (train_repo / "models/model.pt").read_bytes() == first
+    assert _metrics(train_repo) == first_metrics
 
 
 def test_adding_a_cell_leaves_the_models_of_other_cells_as_they_are(train_repo):
@@ -240,8 +229,8 @@ def test_a_rejected_value_stops_repro_before_the_model_stages_lose_their_outputs
 
 @pytest.mark.slow
 def test_exp_run_selects_a_model_and_exp_show_lists_it(train_repo):
-    run(["git", "add", "-A"], train_repo)
-    run(["git", "commit", "-qm", "trained astra_alpha"], train_repo)
+    run(["git", "add", "-A"], train_repo)  # whatever the tests before left; astra_alpha's run is committed
+    run(["git", "commit", "-qm", "back on astra_alpha", "--allow-empty"], train_repo)
     run(["dvc", "exp", "run", "-S", "model=scribe_alpha", "-S", "train.steps_scale=0.5"], train_repo)
     assert _metrics(train_repo)["model"] == "scribe_alpha" and _metrics(train_repo)["steps"] == 4
     shown = json.loads(run(["dvc", "exp", "show", "--json"], train_repo).stdout)

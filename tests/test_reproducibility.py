@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import make_dvc_repo, run, synthetic_play, tiny_models
+from tests.conftest import copy_repo, run
 
-pytestmark = pytest.mark.slow  # every test here runs `dvc repro` on a repository the first one builds
+pytestmark = pytest.mark.slow  # every test here runs `dvc repro` on a copy of a finished run
 
 OUTPUTS = ["reports/metrics.json", "reports/generations.json", "reports/generations.md",
            "reports/plots/reset_curve.csv", "models/model.pt", "models/tokenizer/spm.model", "data/prepared/val.txt"]
@@ -28,12 +28,8 @@ def _edit_params(root, edit) -> None:
 
 
 @pytest.fixture(scope="module")
-def done_repo(tmp_path_factory):
-    root = make_dvc_repo(tmp_path_factory.mktemp("trust") / "repo", synthetic_play(30_000), tiny_models)
-    run(["dvc", "repro"], root)
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "complete run"], root)
-    return root
+def done_repo(tmp_path_factory, finished_run):
+    return copy_repo(finished_run, tmp_path_factory.mktemp("trust") / "repo")
 
 
 def test_same_params_and_inputs_give_the_same_bytes(done_repo, tmp_path):

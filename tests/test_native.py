@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from rnnlm.compute import backend, build, cpu, gemm_choice
+from rnnlm.compute import sources as units
 from rnnlm.errors import RnnlmError
 from rnnlm.compute.sources import HEADERS
 from rnnlm.models.cells import CELLS
@@ -95,22 +97,25 @@ def test_the_build_is_named_after_its_sources_and_flags(monkeypatch, fresh_build
     assert all(name.startswith(f"rnnlm_native_{build._capability().lower()}_") for name in names)
 
 
-def test_every_registered_cell_is_a_source_and_the_build_reads_copies_at_a_fixed_place(monkeypatch, fresh_build_cache,
-                                                                                      tmp_path):
-    """Each source is its own translation unit (ninja compiles each alone, so one that does not
-    compile alone fails the build), and each copy of the repository (a DVC experiment's workspace)
-    builds from the same staged paths."""
+def test_every_registered_cell_is_a_source_of_the_one_unit_built_from_copies_at_a_fixed_place(monkeypatch,
+                                                                                             fresh_build_cache, tmp_path):
+    """The compiler gets one generated file that includes every unit (each cell's among them) in
+    build order, beside copies of them all, so each copy of the repository (a DVC experiment's
+    workspace) builds from the same staged paths."""
     from torch.utils import cpp_extension
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     calls = []
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
     build.compiled()
-    sources = [Path(s) for s in calls[0]["sources"]]
-    assert {path.name for path in sources} >= {path.name for path in CELLS_DIR.glob("*.cpp")}
-    assert all(path.is_relative_to(tmp_path) and path.exists() for path in sources)
-    staged_header = sources[0].parent / "kernels.h"
-    assert staged_header.read_text() == HEADERS[0].read_text()
+    [one] = [Path(s) for s in calls[0]["sources"]]
+    assert one.is_relative_to(tmp_path) and one.name == f"{calls[0]['name']}.cpp"
+    included = re.findall(r'^#include "(.+)"$', one.read_text(), flags=re.MULTILINE)
+    assert included == [path.name for path in units.units()]
+    assert set(included) >= {path.name for path in CELLS_DIR.glob("*.cpp")}
+    for unit in units.units():
+        assert (one.parent / unit.name).read_text() == unit.read_text()
+    assert (one.parent / "kernels.h").read_text() == HEADERS[0].read_text()
 
 
 def test_an_unknown_cell_is_refused_by_the_compiled_stepper():

@@ -210,7 +210,9 @@ std::map<std::string, CellKernels>& cell_registry();
 const CellKernels& find_cell(const std::string& name);
 
 // A cell's file defines one of these at namespace scope: its kernels join the registry when the
-// library loads, so nothing outside the cell's file names it.
+// library loads, so nothing outside the cell's file names it. Its code lives in a namespace of its
+// own, rnnlm::cells::NAME (an unnamed one inside it): the build compiles all the units as one, where
+// a bare unnamed namespace would be shared by every cell (each has its `bind`, `layer_step`, ...).
 struct RegisterCell {
   RegisterCell(const std::string& name, CellKernels kernels) { cell_registry().emplace(name, kernels); }
 };

@@ -4,7 +4,7 @@
 
 #include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
 
-namespace rnnlm {
+namespace rnnlm::cells::gru {
 namespace {
 
 // ---------------------------------------------------------------- one row of a forward step
@@ -200,4 +200,4 @@ void bind(pybind11::module_& m) {
 const RegisterCell registered("gru", {&layer_step, &bind});
 
 }  // namespace
-}  // namespace rnnlm
+}  // namespace rnnlm::cells::gru

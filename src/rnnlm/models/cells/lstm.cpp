@@ -4,7 +4,7 @@
 
 #include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
 
-namespace rnnlm {
+namespace rnnlm::cells::lstm {
 namespace {
 
 // ---------------------------------------------------------------- one row of a forward step
@@ -170,4 +170,4 @@ void bind(pybind11::module_& m) {
 const RegisterCell registered("lstm", {&layer_step, &bind});
 
 }  // namespace
-}  // namespace rnnlm
+}  // namespace rnnlm::cells::lstm

@@ -3,7 +3,7 @@
 
 #include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
 
-namespace rnnlm {
+namespace rnnlm::cells::rnn {
 namespace {
 
 // ---------------------------------------------------------------- tanh RNN
@@ -104,4 +104,4 @@ void bind(pybind11::module_& m) {
 const RegisterCell registered("rnn", {&layer_step, &bind});
 
 }  // namespace
-}  // namespace rnnlm
+}  // namespace rnnlm::cells::rnn

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from rnnlm import atomic
+from rnnlm.study.campaign import dvc_queue
 from rnnlm.training.resume import read_header
 from tests.conftest import REPO_ROOT, copy_repo, make_dvc_repo, sha256_of, synthetic_play, tiny_models
 
@@ -302,9 +303,9 @@ def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, 
 
 
 def _queue_status(root: Path) -> dict[str, str]:
-    done = subprocess.run(["dvc", "queue", "status"], cwd=root, env=_env(), capture_output=True, text=True)
-    rows = [line.split() for line in done.stdout.splitlines()[1:] if line and not line.startswith("Worker")]
-    return {words[1]: words[-1] for words in rows if len(words) >= 3}
+    """name -> DVC's status of it (a name queued again: its later entry), read from the queue's files:
+    `dvc queue status` every half second would ask the worker, which can stop it (dvc_queue)."""
+    return {task.name: task.status for task in dvc_queue.read(root).tasks}
 
 
 def _wait(predicate, what: str, timeout: float = 300.0):

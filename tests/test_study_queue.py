@@ -11,6 +11,7 @@ import pytest
 from rnnlm.errors import RnnlmError
 from rnnlm.study import cli as study_command
 from rnnlm.study.campaign import queue as study_queue
+from rnnlm.study.campaign.dvc_queue import QueueState, Task
 from tests.conftest import REPO_ROOT
 from tests.study_repo import experiment, new_repo
 
@@ -41,41 +42,60 @@ def test_run_queues_each_model_and_seed_not_held_yet(repo):
     assert study_queue.experiment_name("beta", 2, 0.01) == "beta-seed2-scale0.01"
 
 
+def _state(*tasks: tuple[str, str, bool], workers: int = 0, stopped: int = 0) -> QueueState:
+    return QueueState([Task(f"{i:040x}", name, status, alive) for i, (name, status, alive) in enumerate(tasks)],
+                      workers, stopped)
+
+
 def test_runs_are_queued_only_once_an_idle_worker_has_exited(monkeypatch):
     """DVC's worker exits on an empty queue, and a run queued meanwhile can be dropped: `run` waits
-    for an idle worker to go (reading `dvc queue status` each second), then queues and starts one."""
-    def status(workers: str) -> str:
-        return ("Task     Name          Created    Status\n"
-                "a38da70  alpha-seed1   09:45 AM   Failed\n\n"
-                f"Worker status: {workers}\n")
-
-    replies = [status("0 active, 1 idle"), status("0 active, 1 idle"), status("0 active, 0 idle")]
+    for an idle worker to go (reading the queue each second), then queues and starts one."""
+    failed = ("alpha-seed1", "Failed", False)
+    replies = [_state(failed, workers=1), _state(failed, workers=1), _state(failed, workers=1), _state(failed)]
     calls = []
-
-    def dvc(command):
-        calls.append(" ".join(command[:3]))
-        return replies.pop(0) if command[:3] == ["dvc", "queue", "status"] else ""
-
-    monkeypatch.setattr(study_queue, "_dvc", dvc)
+    monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: calls.append("read") or replies.pop(0))
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(" ".join(command[:3])) or "")
     monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
     monkeypatch.setattr(study_queue.time, "sleep", lambda seconds: None)
     started = []
     monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
                         subprocess.CompletedProcess(command, 0))
-    parsed = study_queue.QueueStatus([("alpha-seed1", "Failed")], 0, 1)
-    assert study_queue.queue_status() == parsed and not parsed.pending
-    replies.insert(0, status("0 active, 1 idle"))
+    assert replies[0].idle == 1 and not replies[0].pending and replies[-1].idle == 0
     assert study_queue.run(["alpha"], [1], 1.0, wait=False) == [("alpha", 1)]
-    assert calls[-4:] == ["dvc queue status", "dvc queue status", "dvc queue status", "dvc exp run"]
+    assert calls == ["read", "read", "read", "read", "dvc exp run"]
     assert started == [["dvc", "queue", "start", "--jobs", "1"]]  # the idle worker is gone: a new one
+
+
+def test_a_worker_that_stopped_taking_runs_gets_no_second_beside_its_run_and_wait_restarts_the_queue(monkeypatch,
+                                                                                                  capsys):
+    """A DVC worker whose consumer died (a half-read broker message) finishes its run and exits,
+    leaving the queue behind it: `run` starts no second worker beside that run (two trainings on the
+    same cores), says so, and with --wait starts one once the old one is gone and the queue empties
+    after that."""
+    training, waiting = ("alpha-seed1", "Running", True), ("alpha-seed2", "Queued", False)
+    replies = [_state(training, waiting, workers=1, stopped=1),  # what run finds
+               _state(training, waiting, workers=1, stopped=1),  # --wait: still finishing its run
+               _state(("alpha-seed1", "Success", False), waiting),  # it exited: start a worker
+               _state(("alpha-seed2", "Running", True), workers=1),
+               _state(("alpha-seed2", "Success", False))]
+    monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: replies.pop(0))
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    monkeypatch.setattr(study_queue.time, "sleep", lambda seconds: None)
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    assert study_queue.run(["alpha"], [1, 2], 1.0, wait=True) == []
+    out = capsys.readouterr().out
+    assert "the queue's worker stopped taking runs" in out and "exits when alpha-seed1 ends" in out
+    assert started == [["dvc", "queue", "start", "--jobs", "1"]] and not replies
 
 
 def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch):
     """`run --jobs 2` starts two workers whose runs compute on half the cores each (OMP_NUM_THREADS in
     their environment): two runs each with every core wait on each other's threads. A thread count
     the user set is kept; one worker changes nothing."""
-    monkeypatch.setattr(study_queue, "_dvc", lambda command: "Worker status: 0 active, 0 idle\n"
-                        if command[:3] == ["dvc", "queue", "status"] else "")
+    monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: _state())
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: "")
     monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
     monkeypatch.setattr(study_queue.os, "cpu_count", lambda: 8)
     started = []
@@ -128,9 +148,8 @@ def test_a_seed_list_queues_exactly_those_seeds(monkeypatch):
 def test_runs_left_queued_by_an_ended_session_get_a_worker(monkeypatch, capsys):
     """A session's end takes its worker and leaves the rest of the queue waiting: `run` with nothing
     new to queue starts a worker for them; with a worker alive, or nothing waiting, it starts none."""
-    table = {"rows": "a38da70  alpha-seed1   09:45 AM   Queued\n", "workers": "0 active, 0 idle"}
-    monkeypatch.setattr(study_queue, "_dvc", lambda command: "Task     Name          Created    Status\n"
-                        f"{table['rows']}\nWorker status: {table['workers']}\n")
+    table = {"state": _state(("alpha-seed1", "Queued", False))}
+    monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: table["state"])
     monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
     started = []
     monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
@@ -138,9 +157,9 @@ def test_runs_left_queued_by_an_ended_session_get_a_worker(monkeypatch, capsys):
     assert study_queue.run(["alpha"], [1], 1.0, wait=False) == []
     assert started == [["dvc", "queue", "start", "--jobs", "1"]]
     assert "nothing to queue" in capsys.readouterr().out
-    table["workers"] = "1 active, 0 idle"
+    table["state"] = _state(("alpha-seed1", "Running", True), workers=1)
     study_queue.run(["alpha"], [1], 1.0, wait=False)
-    table.update(rows="a38da70  alpha-seed1   09:45 AM   Success\n", workers="0 active, 0 idle")
+    table["state"] = _state(("alpha-seed1", "Success", False))
     monkeypatch.setattr(study_queue, "held_runs", lambda *args: {("alpha", 1)})
     study_queue.run(["alpha"], [1], 1.0, wait=False)
     assert len(started) == 1

@@ -3,12 +3,17 @@ when the last session ended, how far each got and where, and the commands that c
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from rnnlm.study.campaign import dvc_queue
 from rnnlm.study.campaign import status as study_status
+from rnnlm.study.campaign.dvc_queue import QueueState, Task
 from rnnlm.training.resume import ResumeStore
 
 
@@ -35,8 +40,8 @@ def test_a_run_cut_off_with_its_session_says_how_far_it_got_and_how_to_go_on(rep
     gamma = _save(resume, "astra_gamma", 2, 7)
     _save(resume, "astra_gamma", 3, 1, steps_scale=0.01)  # a quick run's file: not this status's
     (repo / "reports/study/astra_gamma/seed-1337").mkdir(parents=True)
-    monkeypatch.setattr(study_status, "_local_queue", lambda repo: ({"leviathan-seed1": "running",
-                                                                     "leviathan-seed2": "queued"}, 0))
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
+        [Task("a" * 40, "leviathan-seed1", "Running", alive=False), Task("b" * 40, "leviathan-seed2", "Queued")], 0))
     lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma", "leviathan"], [1337, 1, 2, 3],
                                       1.0, resume_dir=resume)
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
@@ -45,34 +50,93 @@ def test_a_run_cut_off_with_its_session_says_how_far_it_got_and_how_to_go_on(rep
                                                "saved just now")
     assert rows[("astra_gamma", "3")].endswith("missing")
     assert rows[("leviathan", "1")].endswith(
-        "cut off: DVC's queue lists it running, but no worker is alive (its session ended); reached epoch 3/20 "
+        "cut off: DVC's queue lists it running, but its process is gone (its session ended); reached epoch 3/20 "
         f"+ 120 steps, last on Intel Xeon (family 6 model 207 stepping 2), resume file {levi}, saved just now")
     assert [study_status._age(s) for s in (59, 600, 5400, 36_000)] == ["just now", "10 min ago", "1.5 h ago", "10.0 h ago"]
     assert lines[0].startswith("model        ") and rows[("astra_gamma", "1337")].startswith("astra_gamma   1337")
     assert rows[("leviathan", "2")].endswith("queued (DVC queue)")
-    assert lines[-3:] == ["to continue the runs cut off (each resumes from its file, on this or another CPU):",
+    assert lines[-5:] == ["to continue the runs cut off (each resumes from its file, on this or another CPU):",
                           "  dvc queue kill leviathan-seed1",
-                          f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma leviathan --seed-list 1 2"]
+                          f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma leviathan --seed-list 1 2",
+                          "", "1 run (leviathan-seed2) waits in DVC's queue with no worker alive: dvc queue start"]
 
 
 def test_a_running_entry_with_a_live_worker_is_running_and_nothing_needs_continuing(repo, tmp_path, monkeypatch):
     resume = tmp_path / "resume"
     _save(resume, "leviathan", 1, 3)
-    monkeypatch.setattr(study_status, "_local_queue", lambda repo: ({"leviathan-seed1": "running"}, 1))
+    running = Task("a" * 40, "leviathan-seed1", "Running", alive=True)
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([running, Task("b" * 40, "leviathan-seed2",
+                                                                                               "Queued")], 1))
     lines = study_status.status_lines(repo, repo / "reports/study", ["leviathan"], [1], 1.0, resume_dir=resume)
     assert lines[1].split("  ")[-1].startswith("running (DVC queue); reached epoch 3/20")
     assert len(lines) == 2
+    # Its worker stopped taking runs (a half-read broker message): the queue behind waits for it to end.
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([running, Task("b" * 40, "leviathan-seed2",
+                                                                                               "Queued")], 1, 1))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["leviathan"], [1], 1.0, resume_dir=resume)
+    assert lines[1].split("  ")[-1].startswith("running (DVC queue)")
+    assert lines[-1] == ("1 run (leviathan-seed2) waits in DVC's queue, and its worker stopped taking runs (DVC's "
+                         "broker: see rnnlm.study.campaign.dvc_queue); it exits when leviathan-seed1 ends, then: "
+                         "dvc queue start")
 
 
-def test_the_queues_worker_count_is_read_from_dvc(monkeypatch, tmp_path):
-    table = ("Task     Name             Created    Status\n"
-             "8cb310c  astra_beta-seed3 03:38 PM   Running\n"
-             "a1b2c3d  astra_beta-seed4 03:39 PM   Queued\n"
-             "1d074cf  astra_beta-seed3 01:12 PM   Failed\n\n"  # its earlier, killed attempt
-             "Worker status: 0 active, 0 idle\n")
-    monkeypatch.setattr(study_status.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=table, stderr=""))
-    assert study_status._local_queue(tmp_path) == ({"astra_beta-seed3": "running", "astra_beta-seed4": "queued"}, 0)
+def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch, tmp_path):
+    """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against
+    the processes running now: a live process whose command line names the run; not a dead one, not
+    one that ended (a return code), not a live pid that is another program's (reused after a
+    reboot). A worker whose log shows celery's "Unrecoverable error" after its last "ready." has
+    stopped taking runs. Nothing is asked of the worker (`dvc queue status` does, and can stop it)."""
+    exps = tmp_path / ".dvc/tmp/exps"
+    live, gone, ended, reused = ("1" * 40, "2" * 40, "3" * 40, "4" * 40)
+    training = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--infofile={live}.run"])
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "queue-worker"])
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+
+    def record(path: Path, pid: int, returncode=None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"pid": pid, "stdin": None, "stdout": None, "stderr": None,
+                                    "returncode": returncode}))
+
+    try:
+        for rev, pid, code in [(live, training.pid, None), (gone, finished.pid, None), (ended, training.pid, 0),
+                               (reused, os.getpid(), None)]:
+            record(exps / "run" / rev / f"{rev}.json", pid, code)
+        record(exps / "celery/dvc-exp-worker-1.json", worker.pid)
+        record(exps / "celery/dvc-exp-worker-2.json", finished.pid)  # its session ended
+        log = exps / "celery/dvc-exp-worker-1.out"
+        log.write_text("[...] dvc-exp-abc-1@localhost ready.\n[...] Task run_exp received\n")
+        entries = [{"rev": rev, "name": f"run-{i}", "status": "Running"} for i, rev in
+                   enumerate([live, gone, ended, reused])] + [{"rev": "5" * 40, "name": None, "status": "Queued"}]
+        monkeypatch.setattr(dvc_queue, "_entries", lambda repo: entries)
+        state = dvc_queue.read(tmp_path)
+        assert [(task.name, task.alive) for task in state.tasks] == [
+            ("run-0", True), ("run-1", False), ("run-2", False), ("run-3", False), ("5555555", False)]
+        assert (state.workers, state.stopped, state.training, state.idle, state.taking) == (1, 0, 1, 0, 1)
+        log.write_text(log.read_text() + "[...: CRITICAL/MainProcess] Unrecoverable error: JSONDecodeError('Expecting')\n")
+        assert dvc_queue.read(tmp_path).taking == 0
+        log.write_text(log.read_text() + "[...] dvc-exp-abc-1@localhost ready.\n")  # started again
+        assert dvc_queue.read(tmp_path).taking == 1
+    finally:
+        training.kill()
+        worker.kill()
+
+
+def test_the_queue_of_a_real_dvc_repository_is_read_by_dvc(tmp_path):
+    """`_entries` is DVC's own reader: a queued experiment is listed by name, Queued, its process none."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["dvc", "init", "-q"], cwd=root, check=True)
+    (root / "params.yaml").write_text("x: 1\n")
+    (root / "dvc.yaml").write_text("stages:\n  s:\n    cmd: echo ${x} > out.txt\n    params: [x]\n    outs: [out.txt]\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=root, check=True)
+    subprocess.run(["dvc", "exp", "run", "--queue", "-q", "-n", "e1", "-S", "x=2"], cwd=root, check=True)
+    state = dvc_queue.read(root)
+    assert [(task.name, task.status, task.alive) for task in state.tasks] == [("e1", "Queued", False)]
+    assert state.workers == 0 and state.pending == {"e1"}
+    assert study_status._local_queue(tmp_path) is None  # no DVC repository there
 
 
 def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, monkeypatch):
@@ -91,7 +155,8 @@ def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, mo
     params = tiny_params(raw_params)
     raw_params["seed"] = 1
     (workspace / "params.yaml").write_text(yaml.safe_dump({**raw_params, "model": "astra_alpha"}))
-    monkeypatch.setattr(study_status, "_local_queue", lambda repo: ({"astra_alpha-seed1": "running"}, 1))
+    monkeypatch.setattr(study_status, "_local_queue",
+                        lambda repo: QueueState([Task("a" * 40, "astra_alpha-seed1", "Running", alive=True)], 1))
     checked, written = threading.Event(), threading.Event()
 
     def live(progress):

@@ -7,13 +7,13 @@ queued or running):
 
     dvc exp run --queue -n <model>-seed<seed> -S model=<model> -S seed=<seed> -S train.steps_scale=<s>
 
-and starts the queue with one worker (`dvc queue start`), unless a worker is already running: the
-runs train one after another, each with every core. `--jobs N` starts N workers instead, each run
+and starts the queue with one worker (`dvc queue start`), unless a worker that takes runs is alive
+(read from the queue's files: `dvc_queue`): the runs train one after another, each with every core. `--jobs N` starts N workers instead, each run
 computing on the machine's cores divided by N (`OMP_NUM_THREADS` in the workers' environment, unless
 it is set already): two runs each with every core on the same cores wait on each other's threads
 (`benchmarks/two_processes.py`). The thread count changes the last bits of some products' sums, so a
 run repeats itself bit for bit at the same `--jobs` on the same machine. `--wait` follows the queue
-until it is empty.
+until nothing in it is queued or training, and starts a worker again if the last one stopped.
 Each finished experiment is a commit under refs/exps/, which `rnnlm.study.campaign.collect` reads.
 An interrupted run resumes when it is queued again: its resume file lies in the main repository
 (or under $RNNLM_RESUME_DIR, which the worker must have in its environment), not in DVC's temporary
@@ -26,10 +26,11 @@ import os
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rnnlm.errors import RnnlmError
+from rnnlm.study.campaign import dvc_queue
+from rnnlm.study.campaign.dvc_queue import QueueState
 from rnnlm.study.campaign.experiments import find_runs
 from rnnlm.study.folders import seed_folder_name
 
@@ -63,47 +64,22 @@ def _dvc(command: list[str]) -> str:
     return result.stdout
 
 
-@dataclass(frozen=True)
-class QueueStatus:
-    """What `dvc queue status` says: (name, status) of each task, and the workers, active and idle."""
-
-    rows: list[tuple[str, str]]
-    active: int
-    idle: int
-
-    @property
-    def pending(self) -> set[str]:
-        return {name for name, status in self.rows if status in ("Queued", "Running")}
-
-
-def queue_status() -> QueueStatus:
-    """`dvc queue status` in the current repository, parsed."""
-    rows, active, idle = [], 0, 0
-    for line in _dvc(["dvc", "queue", "status"]).splitlines()[1:]:
-        words = line.split()
-        if line.startswith("Worker status:"):  # "Worker status: 0 active, 1 idle"
-            active, idle = (int(word) for word in line.replace(",", " ").split() if word.isdigit())
-        elif len(words) >= 3:
-            rows.append((words[1], words[-1]))
-    return QueueStatus(rows, active, idle)
-
-
 IDLE_WORKER_EXIT_S = 30.0
 """How long `run` waits for an idle worker to exit before it queues (DVC's exits after about 10 s)."""
 
 
-def _after_an_idle_worker_exits(status: QueueStatus) -> QueueStatus:
-    """The queue's status once no worker is idle, or one is active, or after IDLE_WORKER_EXIT_S.
+def _after_an_idle_worker_exits(state: QueueState) -> QueueState:
+    """The queue's state once no worker is idle, or a run trains, or after IDLE_WORKER_EXIT_S.
 
     A DVC worker that finds the queue empty shuts down; an experiment queued at that moment can be
     taken by the exiting worker and dropped, listed as Failed with no log (seen when a run was queued
     again right after its killed attempt; treeverse/dvc#10427 describes the race). Queuing after the
     idle worker is gone, and starting a new one, avoids it."""
     deadline = time.monotonic() + IDLE_WORKER_EXIT_S
-    while status.idle and not status.active and time.monotonic() < deadline:
+    while state.idle and not state.training and time.monotonic() < deadline:
         time.sleep(1)
-        status = queue_status()
-    return status
+        state = dvc_queue.read(Path("."))
+    return state
 
 
 def held_runs(repo: Path, study_dir: Path, steps_scale: float) -> set[tuple[str, int]]:
@@ -133,35 +109,54 @@ def worker_threads(jobs: int, cores: int | None = None) -> int:
 def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: bool,
         study_dir: Path = Path("reports/study"), jobs: int = 1) -> list[tuple[str, int]]:
     """Queue what `plan` gives (models and seeds checked by the caller) and, when experiments wait
-    in the queue (queued now or left by a session that ended) and no worker runs, start `jobs`
-    workers; returns the runs queued now."""
-    status = queue_status()
-    todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), status.pending, steps_scale)
+    in the queue (queued now or left by a session that ended) and no worker will take them, start
+    `jobs` workers; returns the runs queued now. With `wait`, follow the queue until nothing in it
+    is queued or training, starting workers again if the last one stopped taking runs."""
+    state = dvc_queue.read(Path("."))
+    todo = plan(models, seeds, held_runs(Path("."), study_dir, steps_scale), state.pending, steps_scale)
     if todo:
-        status = _after_an_idle_worker_exits(status)
+        state = _after_an_idle_worker_exits(state)
     for model, seed in todo:
         command = queue_command(model, seed, steps_scale)
         _dvc(command)
         print("queued:", " ".join(command[4:]))
-    waiting = todo or any(state == "Queued" for _, state in status.rows)
     if not todo:
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
-    if status.active or status.idle:  # a second worker would train beside it, on the same cores
+    if state.taking:  # a second worker would train beside it, on the same cores
         if todo:
             print("a queue worker is already running; it will take these experiments in turn")
-    elif waiting:  # what was queued now, or left queued by a session that ended with its worker
-        env = dict(os.environ)
-        if jobs > 1:
-            env.setdefault("OMP_NUM_THREADS", str(worker_threads(jobs)))
-        # Not through a pipe: the worker DVC leaves running would hold it open, and we would wait on it.
-        started = subprocess.run(["dvc", "queue", "start", "--jobs", str(jobs)], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, env=env)
-        if started.returncode != 0:
-            raise StudyError("dvc queue start failed; run it by hand to see why")
-        print("queue started (one worker)." if jobs == 1 else
-              f"queue started ({jobs} workers, each run on {env['OMP_NUM_THREADS']} threads).")
-    print("Follow it with `dvc queue status` / `dvc queue logs NAME` / `python -m rnnlm.study status`;")
+    elif state.training:  # its worker stopped taking runs: a new one now would train beside its run
+        print(f"the queue's worker stopped taking runs (DVC's broker: see rnnlm.study.campaign.dvc_queue); it "
+              f"exits when {', '.join(t.name for t in state.tasks if t.alive)} ends, and "
+              + ("then this starts one." if wait else "then `dvc queue start` (or this command) starts one."))
+    elif todo or _queued(state):  # what was queued now, or left queued by a session that ended
+        _start_workers(jobs)
+    print("Follow it with `python -m rnnlm.study status` or `dvc queue logs NAME` (`dvc queue status` asks the")
+    print("worker, which can stop it: see rnnlm.study.campaign.dvc_queue);")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
-    while wait and queue_status().pending:
+    while wait:
+        state = dvc_queue.read(Path("."))
+        if not state.training and not _queued(state):
+            break
+        if not state.workers and _queued(state):  # the last worker stopped and exited: a new one
+            _start_workers(jobs)
         time.sleep(30)
     return todo
+
+
+def _queued(state: QueueState) -> bool:
+    return any(task.status == "Queued" for task in state.tasks)
+
+
+def _start_workers(jobs: int) -> None:
+    """`dvc queue start --jobs N`, each worker's runs on its share of the cores when N > 1."""
+    env = dict(os.environ)
+    if jobs > 1:
+        env.setdefault("OMP_NUM_THREADS", str(worker_threads(jobs)))
+    # Not through a pipe: the worker DVC leaves running would hold it open, and we would wait on it.
+    started = subprocess.run(["dvc", "queue", "start", "--jobs", str(jobs)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=env)
+    if started.returncode != 0:
+        raise StudyError("dvc queue start failed; run it by hand to see why")
+    print("queue started (one worker)." if jobs == 1 else
+          f"queue started ({jobs} workers, each run on {env['OMP_NUM_THREADS']} threads).")

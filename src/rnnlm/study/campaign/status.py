@@ -5,10 +5,12 @@ In:  the models and seeds asked for, and what this repository knows: the study f
      resume files of runs that were cut off.
 Out: one line per (model, seed): collected; finished, not collected (an experiment here); pushed to
      the git remote from this commit, not pulled; queued, running, failed or cancelled (DVC's queue
-     or a Slurm task); cut off (listed running in DVC's queue with no worker alive: the session that
+     or a Slurm task); cut off (listed running in DVC's queue, its process gone: the session that
      ran it ended); interrupted (a resume file, nothing queued); missing. A run with a resume file
      says the epoch it reached, the processor that last trained it and the file; the lines end with
-     the commands that continue the runs cut off. A run training now (in DVC's queue or the
+     the commands that continue the runs cut off, and with what to do when queued runs have no
+     worker to take them. DVC's queue is read from its files (`dvc_queue`), never by asking its
+     worker, which can stop it. A run training now (in DVC's queue or the
 workspace) also shows its live figures, read from the training report it rewrites after every save:
 the epoch reached of its total, the last and best validation loss, the time an epoch takes, and
 about when it will end.
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
+from rnnlm.study.campaign import dvc_queue
+from rnnlm.study.campaign.dvc_queue import QueueState, Task
 from rnnlm.study.campaign.experiments import find_runs
 from rnnlm.study.folders import seed_folder_name
 from rnnlm.study.campaign.queue import StudyError, experiment_name
@@ -33,26 +36,28 @@ from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
 
 
 RANK = {"running": 2, "queued": 1}
-"""Which of a name's entries `_local_queue` keeps: the running one, else the queued one, else the last."""
+"""Which of a name's entries `_by_name` keeps: the running one, else the queued one, else the last."""
 
 
-def _local_queue(repo: Path) -> tuple[dict[str, str], int | None]:
-    """name -> status of DVC's local queue, and how many of its workers are alive (empty and None
-    when DVC cannot tell)."""
-    done = subprocess.run(["dvc", "queue", "status"], cwd=repo, capture_output=True, text=True)
-    if done.returncode != 0:
-        return {}, None
-    lines = done.stdout.splitlines()
-    rows = [line.split() for line in lines[1:] if line and not line.startswith("Worker status:")]
-    workers = next((line for line in lines if line.startswith("Worker status:")), "")
-    active = re.search(r"(\d+) active", workers)
-    states: dict[str, str] = {}
-    for words in (words for words in rows if len(words) >= 3):  # a run queued again is listed twice
-        state = words[-1].lower()
-        if RANK.get(state, 0) >= RANK.get(states.get(words[1], ""), 0):
-            states[words[1]] = state
-    return states, int(active[1]) if active else None
+def _local_queue(repo: Path) -> QueueState | None:
+    """DVC's queue in `repo`, read from its files (`dvc_queue`: asking the worker can stop it); None
+    when DVC cannot read it (no DVC repository there)."""
+    from dvc.exceptions import DvcException
 
+    try:
+        return dvc_queue.read(repo)
+    except DvcException:
+        return None
+
+
+def _by_name(state: QueueState | None) -> dict[str, Task]:
+    """name -> its entry: of a name queued again after a failure, the running one, else the queued one."""
+    found: dict[str, Task] = {}
+    for task in state.tasks if state is not None else []:
+        kept = found.get(task.name)
+        if kept is None or RANK.get(task.status.lower(), 0) >= RANK.get(kept.status.lower(), 0):
+            found[task.name] = task
+    return found
 
 
 def _live(repo: Path) -> dict[tuple[str, int, float], str]:
@@ -118,9 +123,11 @@ def _progress(header: ResumeHeader) -> str:
 def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequence[int],
                  steps_scale: float, remote: str = "origin", resume_dir: Path | None = None) -> list[str]:
     """One line per (model, seed), as the module docstring says, then how to continue the runs that
-    were cut off (an entry DVC's queue lists as running with no worker alive: its session ended)."""
+    were cut off (an entry DVC's queue lists as running whose process is gone: its session ended) and
+    what to do when queued runs have no worker to take them."""
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
-    (queue, workers), slurm, pushed = _local_queue(repo), slurm_states(repo), _pushed(repo, remote)
+    local = _local_queue(repo)
+    queue, slurm, pushed = _by_name(local), slurm_states(repo), _pushed(repo, remote)
     saved = _resume_files(resume_dir, steps_scale)
     live = _live(repo)
     width = max([len("model"), *map(len, models)])
@@ -135,12 +142,12 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 state = f"finished, not collected (experiment {name})"
             elif name in pushed:
                 state = f"pushed to {remote}, not pulled: dvc exp pull {remote} {name}"
-            elif name in queue and queue[name] == "running" and workers == 0:
-                state = "cut off: DVC's queue lists it running, but no worker is alive (its session ended)"
+            elif name in queue and queue[name].status == "Running" and not queue[name].alive:
+                state = "cut off: DVC's queue lists it running, but its process is gone (its session ended)"
                 dead.append(name)
                 to_continue.append((model, seed))
             elif name in queue:
-                state = f"{queue[name]} (DVC queue)"
+                state = f"{queue[name].status.lower()} (DVC queue)"
             elif name in slurm:
                 kind, when = slurm[name]
                 state = f"{kind} (Slurm task {when.split()[-1]}, {when.split()[0]})"
@@ -163,4 +170,18 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
         seed_list = " ".join(str(s) for s in sorted({s for _, s in to_continue}))
         lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seed-list {seed_list}"
                      + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else ""))
-    return lines
+    return lines + _stalled(local)
+
+
+def _stalled(local: QueueState | None) -> list[str]:
+    """What to do when runs wait in the queue and no worker will take them: none is alive (its session
+    ended), or the one alive stopped taking runs and exits when its own run ends."""
+    waiting = sorted({task.name for task in local.tasks if task.status == "Queued"}) if local is not None else []
+    if not waiting or local.taking:
+        return []
+    runs = f"{len(waiting)} run{'s' if len(waiting) > 1 else ''} ({', '.join(waiting)}) wait{'' if len(waiting) > 1 else 's'}"
+    if local.training:
+        running = ", ".join(task.name for task in local.tasks if task.alive)
+        return ["", f"{runs} in DVC's queue, and its worker stopped taking runs (DVC's broker: see "
+                    f"rnnlm.study.campaign.dvc_queue); it exits when {running} ends, then: dvc queue start"]
+    return ["", f"{runs} in DVC's queue with no worker alive: dvc queue start"]

@@ -1,0 +1,119 @@
+"""DVC's experiment queue in a repository, read from its files: its entries, and which of its workers
+and runs are alive.
+
+Not through `dvc queue status`. That command also asks the workers what they run, by writing a
+control message into the queue's folder for each worker to read, and kombu's filesystem transport
+(DVC's broker) lets a worker take a message file before its writer has filled it: the worker then
+stops with "Unrecoverable error: JSONDecodeError" and takes no further run (treeverse/dvc-task#73).
+It happened here, a worker stopping while a confirmatory run trained: the run finished, and the
+queue behind it waited for a worker that would not come. Asking every 30 s, as a waiting `run` did,
+made that likely over a night. Here nothing is written: the entries come from DVC's own reader of
+the queue's message and result files (`celery_queue.status()`, what `dvc queue status` prints), and
+whether a worker or a run is alive from the records DVC's process manager (dvc-task) keeps of each,
+a process id checked against the processes running now.
+
+In:  the repository's root.
+Out: `read(repo)`, a `QueueState`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+EXPS = Path(".dvc/tmp/exps")
+WORKER_STOPPED = "Unrecoverable error"
+"""What celery logs when a worker's consumer dies (the worker finishes its run, then exits)."""
+WORKER_READY = "ready."
+
+
+@dataclass(frozen=True)
+class Task:
+    """One entry of the queue: its stash revision (the task id; `dvc queue status` prints its first 7
+    characters), its experiment's name and DVC's status (Queued, Running, Success, Failed), and, for a
+    Running one, whether the process that runs it is alive (a Running entry whose process is gone was
+    cut off: its worker's session ended, or the process was killed)."""
+
+    rev: str
+    name: str
+    status: str
+    alive: bool = False
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """The queue's entries in DVC's order, the workers whose process is alive, and how many of those
+    have stopped taking runs (their consumer died: each finishes the run it has, then exits)."""
+
+    tasks: list[Task]
+    workers: int
+    stopped: int = 0
+
+    @property
+    def training(self) -> int:
+        """How many runs are training now (a Running entry whose process is alive)."""
+        return sum(task.alive for task in self.tasks)
+
+    @property
+    def idle(self) -> int:
+        """Workers alive with no run of their own: one about to exit, its queue empty."""
+        return max(0, self.workers - self.training)
+
+    @property
+    def taking(self) -> int:
+        """Workers that will take the next queued run when theirs ends."""
+        return self.workers - self.stopped
+
+    @property
+    def pending(self) -> set[str]:
+        """The names queued or running (a name queued again after a failure is listed twice)."""
+        return {task.name for task in self.tasks if task.status in ("Queued", "Running")}
+
+
+def read(repo: Path) -> QueueState:
+    """The queue of the DVC repository at `repo`, asking nothing of its workers."""
+    entries = _entries(repo)
+    exps = repo / EXPS
+    tasks = [Task(entry["rev"], entry["name"] or entry["rev"][:7], entry["status"],
+                  entry["status"] == "Running" and _alive(exps / "run" / entry["rev"] / f"{entry['rev']}.json",
+                                                          entry["rev"]))
+             for entry in entries]
+    workers = [record for record in sorted((exps / "celery").glob("dvc-exp-worker-*.json"))
+               if _alive(record, "queue-worker")]
+    stopped = sum(_stopped(record.with_suffix(".out")) for record in workers)
+    return QueueState(tasks, len(workers), stopped)
+
+
+def _entries(repo: Path) -> list[dict]:
+    """DVC's entries of the queue (rev, name, status, ...), as `dvc queue status` lists them; DVC's
+    errors (no repository there) go up as DvcException."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc_repo:
+        return dvc_repo.experiments.celery_queue.status()
+
+
+def _alive(record: Path, marker: str) -> bool:
+    """Whether the process that dvc-task recorded in `record` (JSON: its pid, and its return code once
+    it ended) runs now: no return code, and a process of that pid whose command line holds `marker`
+    (the run's revision, or "queue-worker"), which a pid reused by another program would not."""
+    try:
+        info = json.loads(record.read_text(encoding="utf-8"))
+        if info.get("returncode") is not None:
+            return False
+        return any(marker in word for word in psutil.Process(int(info["pid"])).cmdline())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, psutil.Error):
+        return False
+
+
+def _stopped(log: Path) -> bool:
+    """Whether the worker whose log is `log` stopped taking runs since it last started: celery's
+    "Unrecoverable error" after its last "ready." line."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return text.rfind(WORKER_STOPPED) > text.rfind(WORKER_READY)

@@ -5,12 +5,15 @@ Not through `dvc queue status`. That command also asks the workers what they run
 control message into the queue's folder for each worker to read, and kombu's filesystem transport
 (DVC's broker) lets a worker take a message file before its writer has filled it: the worker then
 stops with "Unrecoverable error: JSONDecodeError" and takes no further run (treeverse/dvc-task#73).
-It happened here, a worker stopping while a confirmatory run trained: the run finished, and the
-queue behind it waited for a worker that would not come. Asking every 30 s, as a waiting `run` did,
-made that likely over a night. Here nothing is written: the entries come from DVC's own reader of
-the queue's message and result files (`celery_queue.status()`, what `dvc queue status` prints), and
-whether a worker or a run is alive from the records DVC's process manager (dvc-task) keeps of each,
-a process id checked against the processes running now.
+It happened here to a worker training a confirmatory run: the run goes on to its end, and the runs
+queued behind it wait for a worker that never comes. Asking every 30 s, as a waiting `run` did,
+made that likely over a night. (Queuing a run beside a busy worker writes a message the same way,
+once per run queued; `status` then says that the queue has no worker to take its runs.)
+
+Here nothing is written: the entries come from DVC's own reader of the queue's message and result
+files (`celery_queue.status()`, what `dvc queue status` prints), and whether a worker or a run is
+alive from the records DVC's process manager (dvc-task) keeps of each, a process id checked against
+the processes running now.
 
 In:  the repository's root.
 Out: `read(repo)`, a `QueueState`.

@@ -403,3 +403,35 @@ def test_two_processes_table_says_which_pairs_did_not_finish():
                                    "min_parallel_step_macs": 2**19, "pairs": [row], "crossover": []})
     assert ("| m | training | 1.000 s | as with the rule (no product under it) | not finished after 36.0 s | "
             "2.000 s (50%), 4.000 s (25%) |") in text
+
+
+def test_build_time_times_both_ways_in_turn_and_reports_their_ratio(monkeypatch, tmp_path):
+    """`build_time.py`: each round builds one unit, then the units apart (a fresh process and an
+    empty cache each, faked here: a real build is a minute), and the report gives medians and ratios."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import build_time
+
+    seconds = {True: iter([(40.0, 39.0), (50.0, 47.0), (44.0, 45.0)]),
+               False: iter([(120.0, 240.0), (140.0, 250.0), (130.0, 260.0)])}
+    order = []
+    monkeypatch.setattr(build_time, "build_once", lambda one_unit: order.append(one_unit) or next(seconds[one_unit]))
+    markdown, figures = tmp_path / "build.md", tmp_path / "build.json"
+    build_time.main(["--rounds", "3", "--markdown", str(markdown), "--json", str(figures)])
+    assert order == [True, False] * 3
+    saved = json.loads(figures.read_text())
+    assert saved["ways"]["one unit"]["wall_s"] == 44.0 and saved["ways"]["units apart"]["cpu_s"] == 250.0
+    text = markdown.read_text()
+    assert "| one unit | 44.0 | 45.0 | 40.0, 50.0, 44.0 |" in text
+    assert "Units apart against one unit: 2.95x the wall time, 5.56x the CPU time." in text
+    with pytest.raises(SystemExit):
+        build_time.main(["--rounds", "0"])
+
+
+def test_a_failed_build_is_named_by_the_build_time_benchmark(monkeypatch):
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import build_time
+
+    monkeypatch.setattr(build_time.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 1, stdout="", stderr="ninja: build stopped\nError building extension 'x'\n"))
+    with pytest.raises(RuntimeError, match=r"the build \(units apart\) failed: Error building extension 'x'"):
+        build_time.build_once(False)

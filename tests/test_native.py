@@ -118,6 +118,22 @@ def test_every_registered_cell_is_a_source_of_the_one_unit_built_from_copies_at_
     assert (one.parent / "kernels.h").read_text() == HEADERS[0].read_text()
 
 
+def test_the_units_apart_build_compiles_each_unit_under_a_name_of_its_own(monkeypatch, fresh_build_cache, tmp_path):
+    """`build(one_unit=False)`, what benchmarks/build_time.py sets against the one unit: every unit
+    handed to the compiler as it is, under the build's name with `_apart`, never the one unit's."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
+    build.build(one_unit=False)
+    build.build(one_unit=True)
+    apart, one = calls
+    assert apart["name"] == one["name"] + "_apart"
+    assert [Path(s).name for s in apart["sources"]] == [path.name for path in units.units()]
+    assert [Path(s).name for s in one["sources"]] == [f"{one['name']}.cpp"]
+
+
 def test_an_unknown_cell_is_refused_by_the_compiled_stepper():
     compiled = build.compiled()
     known = ", ".join(sorted(name for name in CELLS if backend.has_compiled_loops(compiled, name)))

@@ -10,9 +10,10 @@ code. `compiled()` builds or loads them once per process; which loops run where 
 `rnnlm.compute.backend`, not here.
 
 The build compiles the units as one translation unit (a generated file that includes them in
-order): nine tenths of a unit's compile time is parsing the same PyTorch headers, so the six units
-took 132 s to build on two cores (248 s of CPU) and take 44-53 s as one (g++ -O3, an idle 2-core
-AMD EPYC Zen 3, an empty cache). Any changed
+order): nine tenths of a unit's compile time is parsing the same PyTorch headers, so from an empty
+cache the six units built apart took 111 s on two cores (211 s of CPU) and take 46 s as one (g++ 12,
+an idle 2-core AMD EPYC Zen 3: `benchmarks/build_time.py`, reports/speed/build-amd-epyc-avx2.md).
+With more cores than units, the units apart may finish sooner; the benchmark says. Any changed
 source names a new build anyway (below), so ninja never had a single unit to recompile. The units
 keep their private code apart for it: each cell's in its own namespace (kernels.h says how).
 
@@ -67,6 +68,18 @@ def _capability() -> str:
 @cache
 def compiled() -> ModuleType | None:
     """The compiled module, built or loaded once per process; None (after one warning) if the build fails."""
+    try:
+        return build()
+    except Exception as error:  # noqa: BLE001 - any build failure leaves the Python loops, which are correct
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        warnings.warn(f"rnnlm: C++ scan loops unavailable, using the Python ones ({first_line})", stacklevel=2)
+        return None
+
+
+def build(one_unit: bool = True) -> ModuleType:
+    """Build the module, or load it from the cache, and import it; a failure raises. `one_unit=False`
+    compiles each unit apart instead (ninja runs them side by side, as the build did before), under a
+    name of its own ending `_apart`: what `benchmarks/build_time.py` compares."""
     from torch.utils import cpp_extension
 
     capability = _capability()
@@ -76,25 +89,20 @@ def compiled() -> ModuleType | None:
     # The build also depends on which PyTorch it compiles against (its headers' path is in the build
     # file): two environments get two builds instead of rebuilding one in turn.
     digest = hashlib.sha256("\0".join([source, *cflags, torch.__version__, torch.__file__]).encode()).hexdigest()[:12]
-    try:
-        _put_pip_ninja_on_path()
-        name = f"rnnlm_native_{capability.lower()}_{digest}"
-        units = _staged([*HEADERS, *files], name)[len(HEADERS) :]
-        build_dir = _build_root() / name
-        build_dir.mkdir(parents=True, exist_ok=True)
-        _wait_for_other_build(build_dir)
-        return cpp_extension.load(
-            name=name,
-            sources=[str(_one_unit(units, name))],
-            extra_cflags=cflags,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
-            verbose=False,
-        )
-    except Exception as error:  # noqa: BLE001 - any build failure leaves the Python loops, which are correct
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        warnings.warn(f"rnnlm: C++ scan loops unavailable, using the Python ones ({first_line})", stacklevel=2)
-        return None
+    _put_pip_ninja_on_path()
+    name = f"rnnlm_native_{capability.lower()}_{digest}" + ("" if one_unit else "_apart")
+    units = _staged([*HEADERS, *files], name)[len(HEADERS) :]
+    build_dir = _build_root() / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    _wait_for_other_build(build_dir)
+    return cpp_extension.load(
+        name=name,
+        sources=[str(_one_unit(units, name))] if one_unit else [str(unit) for unit in units],
+        extra_cflags=cflags,
+        extra_ldflags=["-fopenmp"],
+        build_directory=str(build_dir),
+        verbose=False,
+    )
 
 
 def _staged(files: list[Path], name: str) -> list[Path]:

@@ -31,6 +31,8 @@ EXPS = Path(".dvc/tmp/exps")
 WORKER_STOPPED = "Unrecoverable error"
 """What celery logs when a worker's consumer dies (the worker finishes its run, then exits)."""
 WORKER_READY = "ready."
+RANK = {"Running": 2, "Queued": 1}
+"""Which of a name's entries `QueueState.by_name` keeps: the running one, else the queued one."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,21 @@ class QueueState:
     def pending(self) -> set[str]:
         """The names queued or running (a name queued again after a failure is listed twice)."""
         return {task.name for task in self.tasks if task.status in ("Queued", "Running")}
+
+    @property
+    def queued(self) -> list[str]:
+        """The names waiting for a worker, sorted."""
+        return sorted({task.name for task in self.tasks if task.status == "Queued"})
+
+    def by_name(self) -> dict[str, Task]:
+        """name -> its entry; of a name queued again after a failure, the running entry, else the
+        queued one, else the last listed."""
+        found: dict[str, Task] = {}
+        for task in self.tasks:
+            kept = found.get(task.name)
+            if kept is None or RANK.get(task.status, 0) >= RANK.get(kept.status, 0):
+                found[task.name] = task
+        return found
 
 
 def read(repo: Path) -> QueueState:

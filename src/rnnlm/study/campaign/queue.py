@@ -8,12 +8,13 @@ queued or running):
     dvc exp run --queue -n <model>-seed<seed> -S model=<model> -S seed=<seed> -S train.steps_scale=<s>
 
 and starts the queue with one worker (`dvc queue start`), unless a worker that takes runs is alive
-(read from the queue's files: `dvc_queue`): the runs train one after another, each with every core. `--jobs N` starts N workers instead, each run
-computing on the machine's cores divided by N (`OMP_NUM_THREADS` in the workers' environment, unless
-it is set already): two runs each with every core on the same cores wait on each other's threads
-(`benchmarks/two_processes.py`). The thread count changes the last bits of some products' sums, so a
-run repeats itself bit for bit at the same `--jobs` on the same machine. `--wait` follows the queue
-until nothing in it is queued or training, and starts a worker again if the last one stopped.
+(read from the queue's files: `dvc_queue`): the runs train one after another, each with every core.
+`--jobs N` starts N workers instead, each run computing on the machine's cores divided by N
+(`OMP_NUM_THREADS` in the workers' environment, unless it is set already): two runs each with every
+core on the same cores wait on each other's threads (`benchmarks/two_processes.py`). The thread
+count changes the last bits of some products' sums, so a run repeats itself bit for bit at the same
+`--jobs` on the same machine. `--wait` follows the queue until nothing in it is queued or training,
+and starts a worker again if the last one stopped.
 Each finished experiment is a commit under refs/exps/, which `rnnlm.study.campaign.collect` reads.
 An interrupted run resumes when it is queued again: its resume file lies in the main repository
 (or under $RNNLM_RESUME_DIR, which the worker must have in its environment), not in DVC's temporary
@@ -129,23 +130,19 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
         print(f"the queue's worker stopped taking runs (DVC's broker: see rnnlm.study.campaign.dvc_queue); it "
               f"exits when {', '.join(t.name for t in state.tasks if t.alive)} ends, and "
               + ("then this starts one." if wait else "then `dvc queue start` (or this command) starts one."))
-    elif todo or _queued(state):  # what was queued now, or left queued by a session that ended
+    elif todo or state.queued:  # what was queued now, or left queued by a session that ended
         _start_workers(jobs)
     print("Follow it with `python -m rnnlm.study status` or `dvc queue logs NAME` (`dvc queue status` asks the")
     print("worker, which can stop it: see rnnlm.study.campaign.dvc_queue);")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     while wait:
         state = dvc_queue.read(Path("."))
-        if not state.training and not _queued(state):
+        if not state.training and not state.queued:
             break
-        if not state.workers and _queued(state):  # the last worker stopped and exited: a new one
+        if not state.workers and state.queued:  # the last worker stopped and exited: a new one
             _start_workers(jobs)
         time.sleep(30)
     return todo
-
-
-def _queued(state: QueueState) -> bool:
-    return any(task.status == "Queued" for task in state.tasks)
 
 
 def _start_workers(jobs: int) -> None:

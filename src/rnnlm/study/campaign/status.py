@@ -27,16 +27,12 @@ from pathlib import Path
 import yaml
 
 from rnnlm.study.campaign import dvc_queue
-from rnnlm.study.campaign.dvc_queue import QueueState, Task
+from rnnlm.study.campaign.dvc_queue import QueueState
 from rnnlm.study.campaign.experiments import find_runs
 from rnnlm.study.folders import seed_folder_name
 from rnnlm.study.campaign.queue import StudyError, experiment_name
 from rnnlm.study.campaign.slurm import pushed_names, slurm_states
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
-
-
-RANK = {"running": 2, "queued": 1}
-"""Which of a name's entries `_by_name` keeps: the running one, else the queued one, else the last."""
 
 
 def _local_queue(repo: Path) -> QueueState | None:
@@ -48,16 +44,6 @@ def _local_queue(repo: Path) -> QueueState | None:
         return dvc_queue.read(repo)
     except DvcException:
         return None
-
-
-def _by_name(state: QueueState | None) -> dict[str, Task]:
-    """name -> its entry: of a name queued again after a failure, the running one, else the queued one."""
-    found: dict[str, Task] = {}
-    for task in state.tasks if state is not None else []:
-        kept = found.get(task.name)
-        if kept is None or RANK.get(task.status.lower(), 0) >= RANK.get(kept.status.lower(), 0):
-            found[task.name] = task
-    return found
 
 
 def _live(repo: Path) -> dict[tuple[str, int, float], str]:
@@ -127,7 +113,8 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
     what to do when queued runs have no worker to take them."""
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
     local = _local_queue(repo)
-    queue, slurm, pushed = _by_name(local), slurm_states(repo), _pushed(repo, remote)
+    queue = local.by_name() if local is not None else {}
+    slurm, pushed = slurm_states(repo), _pushed(repo, remote)
     saved = _resume_files(resume_dir, steps_scale)
     live = _live(repo)
     width = max([len("model"), *map(len, models)])
@@ -176,7 +163,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
 def _stalled(local: QueueState | None) -> list[str]:
     """What to do when runs wait in the queue and no worker will take them: none is alive (its session
     ended), or the one alive stopped taking runs and exits when its own run ends."""
-    waiting = sorted({task.name for task in local.tasks if task.status == "Queued"}) if local is not None else []
+    waiting = local.queued if local is not None else []
     if not waiting or local.taking:
         return []
     runs = f"{len(waiting)} run{'s' if len(waiting) > 1 else ''} ({', '.join(waiting)}) wait{'' if len(waiting) > 1 else 's'}"

@@ -90,7 +90,7 @@ def test_a_worker_that_stopped_taking_runs_gets_no_second_beside_its_run_and_wai
     assert started == [["dvc", "queue", "start", "--jobs", "1"]] and not replies
 
 
-def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch):
+def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch, capsys):
     """`run --jobs 2` starts two workers whose runs compute on half the cores each (OMP_NUM_THREADS in
     their environment): two runs each with every core wait on each other's threads. A thread count
     the user set is kept; one worker changes nothing."""
@@ -109,6 +109,13 @@ def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch
     assert started == [(["dvc", "queue", "start", "--jobs", "2"], "4"), (["dvc", "queue", "start", "--jobs", "1"], None),
                        (["dvc", "queue", "start", "--jobs", "2"], "3")]
     assert [study_queue.worker_threads(jobs, cores=2) for jobs in (1, 2, 3)] == [2, 1, 1]
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(study_queue.os, "cpu_count", lambda: 2)
+    study_queue.run(["alpha"], [4], 1.0, wait=False, jobs=2)
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("queue started")]
+    assert said == ["queue started (2 workers, each run on 4 threads).", "queue started (one worker).",
+                    "queue started (2 workers, each run on 3 threads).",
+                    "queue started (2 workers, each run on 1 thread)."]
 
 
 def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_queued(monkeypatch):

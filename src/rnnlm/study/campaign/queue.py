@@ -155,5 +155,6 @@ def _start_workers(jobs: int) -> None:
                              stderr=subprocess.DEVNULL, env=env)
     if started.returncode != 0:
         raise StudyError("dvc queue start failed; run it by hand to see why")
+    threads = env.get("OMP_NUM_THREADS", "")
     print("queue started (one worker)." if jobs == 1 else
-          f"queue started ({jobs} workers, each run on {env['OMP_NUM_THREADS']} threads).")
+          f"queue started ({jobs} workers, each run on {threads} thread{'' if threads == '1' else 's'}).")

@@ -71,14 +71,16 @@ def test_a_worker_that_stopped_taking_runs_gets_no_second_beside_its_run_and_wai
     """A DVC worker whose consumer died (a half-read broker message) finishes its run and exits,
     leaving the queue behind it: `run` starts no second worker beside that run (two trainings on the
     same cores), says so, and with --wait starts one once the old one is gone and the queue empties
-    after that."""
+    after that. While a worker and its run are alive (`busy`, from the process records), --wait does
+    not ask DVC's reader, whose cost grows with the queue's history."""
     training, waiting = ("alpha-seed1", "Running", True), ("alpha-seed2", "Queued", False)
     replies = [_state(training, waiting, workers=1, stopped=1),  # what run finds
-               _state(training, waiting, workers=1, stopped=1),  # --wait: still finishing its run
+               _state(training, waiting, workers=1, stopped=1),  # --wait, not busy: an idle worker exiting
                _state(("alpha-seed1", "Success", False), waiting),  # it exited: start a worker
-               _state(("alpha-seed2", "Running", True), workers=1),
                _state(("alpha-seed2", "Success", False))]
+    busy = [True, True, False, False, True, False]  # seed 1 finishing; the worker's exit; seed 2 training
     monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: replies.pop(0))
+    monkeypatch.setattr(study_queue.dvc_queue, "busy", lambda repo: busy.pop(0))
     monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
     monkeypatch.setattr(study_queue.time, "sleep", lambda seconds: None)
     started = []
@@ -87,7 +89,7 @@ def test_a_worker_that_stopped_taking_runs_gets_no_second_beside_its_run_and_wai
     assert study_queue.run(["alpha"], [1, 2], 1.0, wait=True) == []
     out = capsys.readouterr().out
     assert "the queue's worker stopped taking runs" in out and "exits when alpha-seed1 ends" in out
-    assert started == [["dvc", "queue", "start", "--jobs", "1"]] and not replies
+    assert started == [["dvc", "queue", "start", "--jobs", "1"]] and not replies and not busy
 
 
 def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch, capsys):

@@ -113,6 +113,10 @@ def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch,
         assert [(task.name, task.alive) for task in state.tasks] == [
             ("run-0", True), ("run-1", False), ("run-2", False), ("run-3", False), ("5555555", False)]
         assert (state.workers, state.stopped, state.training, state.idle, state.taking) == (1, 0, 1, 0, 1)
+        assert dvc_queue.busy(tmp_path)  # a live worker and a live run, without DVC's reader
+        record(exps / "run" / live / f"{live}.json", training.pid, 0)
+        assert not dvc_queue.busy(tmp_path)  # the worker alone
+        record(exps / "run" / live / f"{live}.json", training.pid)
         log.write_text(log.read_text() + "[...: CRITICAL/MainProcess] Unrecoverable error: JSONDecodeError('Expecting')\n")
         assert dvc_queue.read(tmp_path).taking == 0
         log.write_text(log.read_text() + "[...] dvc-exp-abc-1@localhost ready.\n")  # started again

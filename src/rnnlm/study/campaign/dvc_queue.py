@@ -8,7 +8,11 @@ stops with "Unrecoverable error: JSONDecodeError" and takes no further run (tree
 It happened here to a worker training a confirmatory run: the run goes on to its end, and the runs
 queued behind it wait for a worker that never comes. Asking every 30 s, as a waiting `run` did,
 made that likely over a night. (Queuing a run beside a busy worker writes a message the same way,
-once per run queued; `status` then says that the queue has no worker to take its runs.)
+once per run queued.) DVC's worker asks itself too: its monitor thread (dvc-task's
+`TemporaryWorker.monitor`) inspects it every 10 s to learn whether the queue is empty, so a worker
+can stop with nothing else writing (twice here on 2026-11-27, two workers, no caller). That we
+cannot prevent from outside DVC; `status` says when queued runs have no worker, and `run --wait`
+starts one.
 
 Here nothing is written: the entries come from DVC's own reader of the queue's message and result
 files (`celery_queue.status()`, what `dvc queue status` prints), and whether a worker or a run is

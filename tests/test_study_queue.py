@@ -75,10 +75,9 @@ def test_a_worker_that_stopped_taking_runs_gets_no_second_beside_its_run_and_wai
     not ask DVC's reader, whose cost grows with the queue's history."""
     training, waiting = ("alpha-seed1", "Running", True), ("alpha-seed2", "Queued", False)
     replies = [_state(training, waiting, workers=1, stopped=1),  # what run finds
-               _state(training, waiting, workers=1, stopped=1),  # --wait, not busy: an idle worker exiting
-               _state(("alpha-seed1", "Success", False), waiting),  # it exited: start a worker
+               _state(("alpha-seed1", "Success", False), waiting),  # --wait, once it exited: start a worker
                _state(("alpha-seed2", "Success", False))]
-    busy = [True, True, False, False, True, False]  # seed 1 finishing; the worker's exit; seed 2 training
+    busy = [True, True, False, True, False]  # seed 1 finishing, its worker gone; seed 2 training, done
     monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: replies.pop(0))
     monkeypatch.setattr(study_queue.dvc_queue, "busy", lambda repo: busy.pop(0))
     monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())

@@ -109,8 +109,7 @@ def read(repo: Path) -> QueueState:
                   entry["status"] == "Running" and _alive(exps / "run" / entry["rev"] / f"{entry['rev']}.json",
                                                           entry["rev"]))
              for entry in entries]
-    workers = [record for record in sorted((exps / "celery").glob("dvc-exp-worker-*.json"))
-               if _alive(record, "queue-worker")]
+    workers = _live_workers(exps)
     stopped = sum(_stopped(record.with_suffix(".out")) for record in workers)
     return QueueState(tasks, len(workers), stopped)
 
@@ -119,9 +118,14 @@ def busy(repo: Path) -> bool:
     """Whether a queue worker and a run the queue started are both alive now, read from dvc-task's
     process records alone (no DVC): while it holds, nothing a waiting caller would do has changed."""
     exps = repo / EXPS
-    workers = any(_alive(record, "queue-worker") for record in (exps / "celery").glob("dvc-exp-worker-*.json"))
-    return workers and any(_alive(record, record.stem) for record in (exps / "run").glob("*/*.json")
-                           if record.stem == record.parent.name)
+    runs = (record for record in (exps / "run").glob("*/*.json") if record.stem == record.parent.name)
+    return bool(_live_workers(exps)) and any(_alive(record, record.stem) for record in runs)
+
+
+def _live_workers(exps: Path) -> list[Path]:
+    """The process records of the queue's workers that are alive now, by name."""
+    return [record for record in sorted((exps / "celery").glob("dvc-exp-worker-*.json"))
+            if _alive(record, "queue-worker")]
 
 
 def _entries(repo: Path) -> list[dict]:

@@ -136,14 +136,12 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
     print("worker, which can stop it: see rnnlm.study.campaign.dvc_queue);")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     while wait:
-        if dvc_queue.busy(Path(".")):  # the cheap question first: DVC's reader takes seconds a call
-            time.sleep(30)
-            continue
-        state = dvc_queue.read(Path("."))
-        if not state.training and not state.queued:
-            break
-        if not state.workers and state.queued:  # the last worker stopped and exited: a new one
-            _start_workers(jobs)
+        if not dvc_queue.busy(Path(".")):  # the cheap question first: DVC's reader takes seconds a call
+            state = dvc_queue.read(Path("."))
+            if not state.training and not state.queued:
+                break
+            if not state.workers and state.queued:  # the last worker stopped and exited: a new one
+                _start_workers(jobs)
         time.sleep(30)
     return todo
 

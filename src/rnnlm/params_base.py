@@ -127,11 +127,14 @@ class DuplicateKey(yaml.YAMLError):
 
 class _Yaml12Loader(yaml.SafeLoader):
     """PyYAML's safe loader, reading `3e-3` as a float as YAML 1.2 (and so DVC) does, and refusing a
-    mapping that names a key twice, as DVC's reader does."""
+    mapping that names a key twice, as DVC's reader does; merge keys (`<<: *alpha`) are read, as DVC
+    reads them."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[object, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: merged below by PyYAML (its keys may be overridden here, as DVC allows)
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise DuplicateKey(f"key {key!r} appears twice (lines {seen[key]} and {key_node.start_mark.line + 1}); "

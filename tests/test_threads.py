@@ -116,6 +116,45 @@ def test_a_thread_count_set_by_hand_is_kept(tmp_path, monkeypatch):
     share.leave()
 
 
+@pytest.mark.parametrize("spoil", ["a file in its place", "a folder inside it", "not writable"])
+def test_a_share_that_cannot_be_joined_costs_the_share_not_the_run(tmp_path, monkeypatch, capsys, spoil):
+    """The share's folder is another user's business too: a file where it should be, a folder inside
+    it, or a folder this process cannot write. The run keeps its thread count and says so once."""
+    folder = tmp_path / "rnnlm-cores"
+    if spoil == "a file in its place":
+        folder.write_text("x")
+    elif spoil == "a folder inside it":
+        (folder / "4242").mkdir(parents=True)
+    else:
+        folder.mkdir()
+        def refuse(self, *args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(threads.Path, "write_text", refuse)
+    torch.set_num_threads(2)
+    share = threads.CoreShare(folder, cores=4)
+    assert share.join() == 2
+    assert share.verify(lambda: [torch.ones(1)]) is (spoil == "a folder inside it")
+    assert share.refresh(now=True) == (4 if spoil == "a folder inside it" else 2)  # the folder isn't counted
+    notes = capsys.readouterr().out.splitlines()
+    if spoil == "a folder inside it":
+        assert notes == [] and (folder / "4242").is_dir()
+        share.leave()
+    else:
+        assert len(notes) == 1 and notes[0].startswith("note: this process computes on 2 threads from here on: "
+                                                       f"the core share's folder {folder} cannot be used (")
+
+
+def test_a_stage_whose_share_folder_is_a_file_runs_all_the_same(tmp_path):
+    import os
+    (tmp_path / f"rnnlm-cores-{os.getuid()}").write_text("not a folder")
+    done = subprocess.run([sys.executable, "-c", "from rnnlm.compute import threads; import torch; "
+                           "print(threads.join() == torch.get_num_threads())"],
+                          capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "True" and len(lines) == 2 and "cannot be used (File exists)" in lines[0]
+
+
 def test_the_probe_leaves_the_model_and_the_random_state_as_they_were():
     config = next(c for c in cell_configs({"layer_norm": True}, vocab_size=30, embd=8, hidden=16) if c.cell == "lstm")
     model = RecurrentLM(config).train()

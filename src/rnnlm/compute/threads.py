@@ -53,8 +53,8 @@ def live_processes(folder: Path) -> int:
     the files of those that ended are removed."""
     live = 0
     for entry in folder.glob("*"):
-        if entry.name.startswith("."):
-            continue  # a file being written (`join`): its writer renames it in a moment
+        if entry.name.startswith(".") or not entry.is_file():
+            continue  # a file being written (`join`): its writer renames it in a moment; or not a file of ours
         try:
             pid, started = int(entry.name), float(entry.read_text() or "nan")
             if abs(psutil.Process(pid).create_time() - started) < 1e-3:
@@ -62,7 +62,10 @@ def live_processes(folder: Path) -> int:
                 continue
         except (ValueError, OSError, psutil.Error):
             pass  # not ours, unreadable, or the process is gone (or its id reused)
-        entry.unlink(missing_ok=True)
+        try:
+            entry.unlink(missing_ok=True)
+        except OSError:
+            pass  # a folder we may not write to: the file stays, uncounted
     return live
 
 
@@ -87,14 +90,27 @@ class CoreShare:
             self.fixed, self.why_fixed = True, "its results may depend on the thread count"
         self.folder = self.folder or share_folder()
         self.cores = self.cores or machine_cores()
-        self.folder.mkdir(parents=True, exist_ok=True)
         me = self.folder / str(os.getpid())
         partial = me.with_name(f".{me.name}.tmp")
-        partial.write_text(repr(psutil.Process().create_time()))
-        partial.replace(me)  # whole, or not there: another process never reads half of it
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            partial.write_text(repr(psutil.Process().create_time()))
+            partial.replace(me)  # whole, or not there: another process never reads half of it
+        except OSError as error:
+            self._cannot_share(error)
+            return torch.get_num_threads()
         self.joined = me
         atexit.register(self.leave)
         return self.refresh(now=True)
+
+    def _cannot_share(self, error: OSError) -> None:
+        """A share folder this process cannot use costs the share, not the run: it keeps its thread
+        count for its whole life (the bits do not depend on it) and says so once."""
+        self.fixed, self.joined = True, None
+        self.why_fixed = (f"the core share's folder {self.folder} cannot be used "
+                          f"({error.strerror or type(error).__name__}); expected a folder this user may write")
+        print(f"note: this process computes on {torch.get_num_threads()} threads from here on: {self.why_fixed}",
+              flush=True)
 
     def verify(self, gradients: Callable[[], Sequence[torch.Tensor]]) -> bool:
         """Whether `gradients()` (one training step's, on a copy of the model) gives the same bits at
@@ -126,7 +142,11 @@ class CoreShare:
         clock = time.monotonic()
         if now or clock - self.checked >= REFRESH_SECONDS:
             self.checked = clock
-            share = max(1, self.cores // max(1, live_processes(self.folder)))
+            try:
+                share = max(1, self.cores // max(1, live_processes(self.folder)))
+            except OSError as error:  # the folder replaced or made unreadable while the run goes on
+                self._cannot_share(error)
+                return torch.get_num_threads()
             if share != torch.get_num_threads():
                 torch.set_num_threads(share)
         return torch.get_num_threads()

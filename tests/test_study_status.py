@@ -182,3 +182,26 @@ def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, mo
         runner.join()
     (workspace / "reports/train/metrics.json").write_text('{"model": "astra_alpha", "epochs": 3}')  # finished
     assert "live:" not in study_status.status_lines(repo, repo / "reports/study", ["astra_alpha"], [1], 1.0)[1]
+
+
+@pytest.mark.parametrize("message", [b'{"body": "cut sho', b"\x00\xff\xfe binary"], ids=["half-written", "binary"])
+def test_a_queue_message_that_does_not_parse_is_named_in_one_line(tmp_path, monkeypatch, message):
+    """A message file DVC's own reader chokes on (kombu reads them as JSON) is read again, then named;
+    `dvc queue status` prints one line too, where we used to end in a JSONDecodeError traceback."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True)
+    (root / "params.yaml").write_text((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    inbox = root / ".dvc/tmp/exps/celery/broker/in"
+    inbox.mkdir(parents=True)
+    (inbox / "1_a.msg").write_bytes(message)
+    monkeypatch.setattr(dvc_queue, "READ_PAUSE_S", 0.0)
+    with pytest.raises(dvc_queue.QueueReadError, match=r"broker/in/1_a\.msg: a message of DVC's queue does not "
+                                                      r"parse \(.+\); expected JSON written by DVC's queue"):
+        dvc_queue.read(root)
+    if b"binary" not in message:
+        return  # the command's one line, once
+    done = subprocess.run([sys.executable, "-m", "rnnlm.study", "status"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: .dvc/tmp/exps/celery/broker/in/1_a.msg: ")

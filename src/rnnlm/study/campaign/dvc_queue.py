@@ -30,10 +30,13 @@ Out: `read(repo)`, a `QueueState`; `busy(repo)`, whether a worker and a run of t
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from rnnlm.errors import RnnlmError
 
 EXPS = Path(".dvc/tmp/exps")
 WORKER_STOPPED = "Unrecoverable error"
@@ -128,13 +131,47 @@ def _live_workers(exps: Path) -> list[Path]:
             if _alive(record, "queue-worker")]
 
 
+class QueueReadError(RnnlmError):
+    """A message file of DVC's queue that does not parse (cut short, binary, not DVC's)."""
+
+
+READ_TRIES = 3
+"""How often a message that does not parse is read again, `READ_PAUSE_S` apart: one being written
+now is whole a moment later; one that stays broken is named."""
+READ_PAUSE_S = 0.5
+
+
 def _entries(repo: Path) -> list[dict]:
     """DVC's entries of the queue (rev, name, status, ...), as `dvc queue status` lists them; DVC's
-    errors (no repository there) go up as DvcException."""
+    errors (no repository there) go up as DvcException, a message file that does not parse (after
+    `READ_TRIES` reads) as QueueReadError naming it."""
     from dvc.repo import Repo
 
-    with Repo(str(repo)) as dvc_repo:
-        return dvc_repo.experiments.celery_queue.status()
+    for attempt in range(READ_TRIES):
+        try:
+            with Repo(str(repo)) as dvc_repo:
+                return dvc_repo.experiments.celery_queue.status()
+        except ValueError as error:  # json's JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if attempt + 1 < READ_TRIES:
+                time.sleep(READ_PAUSE_S)
+                continue
+            broker = repo / EXPS / "celery" / "broker"
+            bad = next(iter(_unparsable_messages(broker)), broker)
+            raise QueueReadError(f"{bad}: a message of DVC's queue does not parse ({str(error).splitlines()[0]}); "
+                                 "expected JSON written by DVC's queue: remove that file (`dvc queue status` fails on "
+                                 "it too), then ask again") from None
+    raise AssertionError("unreachable")
+
+
+def _unparsable_messages(broker: Path) -> list[Path]:
+    """The message files under `broker` that are not UTF-8 JSON, oldest name first."""
+    bad = []
+    for path in sorted(broker.glob("*/*.msg")):
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            bad.append(path)
+    return bad
 
 
 def _alive(record: Path, marker: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -127,3 +128,15 @@ def test_resume_files_of_a_folder_that_is_a_file_is_one_line(tmp_path, in_proces
     done = in_process(["-m", "rnnlm.study", "resume-files", "--dir", str(tmp_path / "resume")], tmp_path)
     assert done.returncode == 1
     assert done.stderr == f"error: {tmp_path / 'resume'}: not a folder; expected the folder of resume files\n"
+
+
+def test_a_header_edited_to_show_other_progress_is_never_listed_as_it_says(tmp_path):
+    """The listing checks the checksum (in chunks, no tensor loaded): a header edited to say epoch 9
+    of another model is listed as unreadable, as resuming would refuse it."""
+    write_resume_file(tmp_path / "a.pt", {"epoch": torch.zeros(1000)}, _fields("a", 1))
+    data = (tmp_path / "a.pt").read_bytes()
+    line_end = data.index(b"\n")
+    fields = {**json.loads(data[len(MAGIC):line_end]), "epoch": 9, "model": "leviathan"}
+    (tmp_path / "a.pt").write_bytes(MAGIC + json.dumps(fields, sort_keys=True).encode() + data[line_end:])
+    (found,) = list_resume_files(tmp_path)
+    assert isinstance(found, ResumeFileError) and "checksum does not match" in str(found)

@@ -11,7 +11,7 @@ from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.params import as_dict, parse_params
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.models.kinds import build_model
-from rnnlm.training.resume import read_resume_file
+from rnnlm.training.resume import ResumeStore, read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
 from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
@@ -189,7 +189,8 @@ def test_runs_of_one_model_with_other_params_keep_their_own_resume_files(raw_par
     assert _losses(resumed) == _losses(_train(interrupted))
 
 
-def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp_path, monkeypatch):
+def test_non_finite_loss_names_the_step_and_drops_the_resume_file(raw_params, tmp_path, monkeypatch):
+    """Resumed from its last save, the run would reach the same loss again: its file is removed."""
     real = torch.nn.functional.cross_entropy
     calls = []
 
@@ -201,10 +202,13 @@ def test_non_finite_loss_names_the_step_and_keeps_the_last_epoch(raw_params, tmp
         return loss * float("nan") if len(calls) == 15 else loss  # step 15 = epoch 2, step 3
 
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", poisoned)
-    with pytest.raises(TrainingError, match=r"non-finite training loss \(nan\) at step 15 \(epoch 2\)"):
+    real_save, saved = ResumeStore.save, []
+    monkeypatch.setattr(ResumeStore, "save", lambda self, state, epochs: saved.append(state["epoch"]) or
+                        real_save(self, state, epochs))
+    with pytest.raises(TrainingError, match=r"non-finite training loss \(nan\) at step 15 \(epoch 2\); expected "
+                                            r"finite losses .*its resume file is removed, so a rerun starts afresh$"):
         _train(tiny_params(raw_params), resume_dir=tmp_path)
-    _, kept = read_resume_file(next(tmp_path.glob("astra_alpha-*.pt")))
-    assert kept["epoch"] == 1
+    assert saved == [1] and list(tmp_path.iterdir()) == []  # epoch 1 was saved, then dropped
 
 
 def test_steps_scale():

@@ -13,10 +13,11 @@ A resume file is one header line and a PyTorch archive:
 The header's sha256 covers the rest of the header (the run's key, model, seed, epoch, ...) and the
 archive together, so a file damaged on disk, or one whose header was edited to pass for another run,
 is refused (with a note, and the run starts afresh) instead of resumed from; the header is what
-`python -m rnnlm.study resume-files` lists without reading tensors. Files of format 1 (the checksum
-over the archive alone) written by a run still in progress are read too; for them only the archive
-is bound. Either way `check_payload` then holds the archive to the run that resumes it: the same
-weights and optimizer entries of the same shapes, and an epoch, scheduler and history that agree.
+`python -m rnnlm.study resume-files` lists without reading tensors (after checking the checksum, so a
+forged header is never listed as a run's progress). Files of format 1 (before 2026-11-26: the checksum
+over the archive alone, so a header re-keyed to another run still passed) are refused. `check_payload`
+then holds the archive to the run that resumes it: the same weights and optimizer entries of the same
+shapes, and an epoch, scheduler and history that agree.
 
 Where the folder is (`resume_folder`): the folder the environment variable `RNNLM_RESUME_DIR`
 names, or else the stage's own folder argument (`.resume`) taken relative to the *main*
@@ -52,7 +53,7 @@ MAGIC = b"rnnlm-resume 2 "
 """Format 2: the checksum binds the header and the archive together."""
 
 MAGIC_1 = b"rnnlm-resume 1 "
-"""Format 1 (before 2026-11-26): the checksum covers the archive only; still read."""
+"""Format 1 (before 2026-11-26): the checksum covers the archive only; refused, saying why."""
 
 
 def main_repository(cwd: Path) -> Path:
@@ -134,10 +135,13 @@ def _header(path: Path, line: bytes) -> dict[str, Any]:
 
 
 def _magic(path: Path, line: bytes) -> bytes:
-    """The format magic `line` starts with; ResumeFileError when it is no resume file's first line."""
-    for magic in (MAGIC, MAGIC_1):
-        if line.startswith(magic):
-            return magic
+    """The format magic `line` starts with; ResumeFileError when it is no resume file's first line,
+    or one of format 1 (its header is not bound to its contents)."""
+    if line.startswith(MAGIC_1):
+        raise ResumeFileError(f"{path}: a resume file of format 1, written by older code, whose checksum does not "
+                              "bind its header to its run; expected format 2")
+    if line.startswith(MAGIC):
+        return MAGIC
     raise ResumeFileError(f"{path}: not an rnnlm resume file")
 
 
@@ -156,11 +160,27 @@ def _checksum(fields: dict[str, Any], payload: bytes) -> str:
     return hashlib.sha256(bound + b"\n" + payload).hexdigest()
 
 
+CHUNK = 1 << 22
+"""Bytes read at a time while checking a listed file's checksum (its tensors are never loaded)."""
+
+
 def read_header(path: Path) -> ResumeHeader:
-    """The header of the resume file at `path` (its first line only; the checksum is not read)."""
+    """The header of the resume file at `path`, once the checksum over it and the archive holds
+    (read in chunks, no tensor loaded); ResumeFileError for a damaged or edited file."""
     with open(path, "rb") as f:
         head = f.read(HEADER_LIMIT + len(MAGIC) + 1)
-    return ResumeHeader(path, _header(path, _first_line(path, head)[1]))
+        magic, line = _first_line(path, head)
+        fields = _header(path, line)
+        f.seek(len(magic) + len(line) + 1)
+        bound = {k: v for k, v in fields.items() if k != "sha256"}
+        digest, size = hashlib.sha256(json.dumps(bound, sort_keys=True).encode() + b"\n"), 0
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    if size != fields["bytes"] or digest.hexdigest() != fields["sha256"]:
+        raise ResumeFileError(f"{path}: its checksum does not match its header and contents (cut short, damaged "
+                              "or edited)")
+    return ResumeHeader(path, fields)
 
 
 def write_resume_file(path: Path, state: dict[str, Any], fields: dict[str, Any]) -> None:
@@ -184,8 +204,7 @@ def read_resume_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     data = path.read_bytes()
     magic, line = _first_line(path, data)
     fields, payload = _header(path, line), data[len(magic) + len(line) + 1:]
-    expected = _checksum(fields, payload) if magic == MAGIC else hashlib.sha256(payload).hexdigest()
-    if len(payload) != fields["bytes"] or expected != fields["sha256"]:
+    if len(payload) != fields["bytes"] or _checksum(fields, payload) != fields["sha256"]:
         raise ResumeFileError(f"{path}: its checksum does not match its header and contents (cut short, damaged "
                               "or edited)")
     try:
@@ -277,7 +296,7 @@ class ResumeStore:
         except (ResumeFileError, OSError) as error:
             print(f"note: ignoring {error}; starting afresh")
             return None
-        if fields.get("key") != self.fields["key"] or state.get("run_key", fields["key"]) != fields["key"]:
+        if fields.get("key") != self.fields["key"] or state.get("run_key") != fields["key"]:
             print(f"note: ignoring {self.path}: it belongs to another run (other params, inputs or device)")
             return None
         why = fits(state)

@@ -334,9 +334,10 @@ def train(
                 log.record(step_fn(xs[i], ys[i]))
             try:  # the host waits for the device here only, once a block
                 block = log.read()
-            except NonFiniteLoss as error:
-                raise TrainingError(f"{error} (epoch {epoch}); the run's last saved state is kept in "
-                                    f"{store.path or 'no resume folder'}") from None
+            except NonFiniteLoss as error:  # resumed, the same state would reach the same loss: start afresh
+                store.clear()
+                raise TrainingError(f"{error} (epoch {epoch}); expected finite losses (a smaller lr, or another seed); "
+                                    "its resume file is removed, so a rerun starts afresh") from None
             rate = tokens_per_step * size / (time.perf_counter() - block_start)  # the block's mean rate
             for loss_value in block:
                 history.steps.append({"step": len(history.steps) + 1, "epoch": epoch, "train_loss": loss_value,

@@ -206,17 +206,33 @@ def test_adding_a_cell_leaves_the_models_of_other_cells_as_they_are(train_repo):
     assert _changed_stages(train_repo) == set()
 
 
-def test_a_rejected_value_stops_repro_before_the_model_stages_lose_their_outputs(train_repo):
-    """The cell stage reads every param the model stages read and checks the whole file: a value
-    that cannot be (what `dvc exp run -S seed=...` writes) stops it, before DVC removes the checkpoint
-    and the training reports to run train."""
+REJECTED = {  # what `dvc exp run -S ...` writes -> the one line the cell stage refuses it with
+    "-S seed=2**64": ([(r"(?m)^seed: .*$", "seed: 18446744073709551616")], "error: seed: expected"),
+    "-S train.steps_scale=1e300": ([(r"(?m)^  steps_scale: .*$", "  steps_scale: 1.0e+300")],
+                                   "error: train.steps_scale: expected a number in (0, 1], got 1e+300"),
+    "-S model=bengio_mlp -S train.state=carried": (
+        [(r"(?m)^model: .*$", "model: bengio_mlp"), (r"(?m)^  state: reset$", "  state: carried")],
+        "error: train.state: 'carried' needs a recurrent model; kind 'mlp' has no state to carry"),
+}
+
+
+@pytest.mark.parametrize("setting", list(REJECTED))
+def test_a_rejected_value_stops_repro_before_the_model_stages_lose_their_outputs(train_repo, setting):
+    """The cell stage reads every param the model stages read and checks the whole file, as train
+    would: a value that cannot be stops it, before DVC removes the checkpoint and the training
+    reports to run train."""
     params = train_repo / "params.yaml"
     original = params.read_text()
     kept = {path: (train_repo / path).read_bytes() for path in ("models/model.pt", "reports/train/metrics.json")}
-    params.write_text(re.sub(r"(?m)^seed: .*$", "seed: 18446744073709551616", original))  # what -S seed=2**64 writes
+    edits, message = REJECTED[setting]
+    edited = original
+    for pattern, line in edits:
+        edited, n = re.subn(pattern, line, edited)
+        assert n == 1, pattern
+    params.write_text(edited)
     try:
         done = run(["dvc", "repro"], train_repo, check=False)
-        assert done.returncode != 0 and "error: seed: expected" in done.stdout + done.stderr
+        assert done.returncode != 0 and message in done.stdout + done.stderr
         assert "Running stage 'cell'" in done.stdout and "Running stage 'train'" not in done.stdout
         assert {path: (train_repo / path).read_bytes() for path in kept} == kept
     finally:

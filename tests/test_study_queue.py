@@ -124,8 +124,9 @@ def test_unknown_model_bad_scale_and_no_seeds_are_refused_before_anything_is_que
     monkeypatch.setattr(study_queue, "_dvc", lambda command: calls.append(command) or "")
     with pytest.raises(RnnlmError, match="--models nosuch: not under models:"):
         study_command.main(["run", "--models", "astra_alpha", "nosuch", "--params", str(REPO_ROOT / "params.yaml")])
-    with pytest.raises(RnnlmError, match="--steps-scale 0: expected a finite positive number"):
-        study_command.main(["run", "--steps-scale", "0", "--params", str(REPO_ROOT / "params.yaml")])
+    for scale, shown in (("0", "0"), ("1e300", r"1e\+300")):
+        with pytest.raises(RnnlmError, match=rf"--steps-scale {shown}: expected a number in \(0, 1\], as train"):
+            study_command.main(["run", "--steps-scale", scale, "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--seeds 0: expected a positive number of seeds"):
         study_command.main(["run", "--seeds", "0", "--params", str(REPO_ROOT / "params.yaml")])
     with pytest.raises(RnnlmError, match="--jobs 0: expected at least one queue worker"):

@@ -48,7 +48,8 @@ class TrainParams:
     weight_decay: float = non_negative_float()
     grad_clip: float = positive_float()
     device: str = choice("auto", "cpu", "cuda")
-    steps_scale: float = positive_float()
+    # The share of each entry's steps per epoch a run takes: 1 for the study, less for a quick run.
+    steps_scale: float = setting(float, "a number in (0, 1]", lambda v: steps_scale_ok(v))
     # The host reads the step losses (and checks them) once every this many steps.
     check_every: int = setting(int, "a positive integer", lambda v: v > 0, default=50)
     # CUDA only: each training step replayed as one captured CUDA graph; TF32 matrix products.
@@ -62,6 +63,12 @@ class TrainParams:
 
 
 TRAIN_STATES = ("reset", "carried")
+
+
+def steps_scale_ok(value: float) -> bool:
+    """Whether `value` can be `train.steps_scale` (or `study run --steps-scale`): in (0, 1]. A larger
+    one would train past the study's schedule (1e300 asked for epochs of 2e302 steps)."""
+    return 0 < value <= 1
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,7 @@ def parse_params(raw: Any) -> Params:
     """Validate an already parsed params mapping into `Params`."""
     params = build(Params, raw, "")
     select_model(params, params.model)
+    training_settings(params, params.model)  # the shared train.state against the selected entry, refused here
     return params
 
 

@@ -28,7 +28,7 @@ import argparse
 import math
 from pathlib import Path
 
-from rnnlm.params import load_params
+from rnnlm.params import load_params, steps_scale_ok
 from rnnlm.study.campaign.collect import CollectFailed, archive_paths, collect
 from rnnlm.study.campaign.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.campaign.slurm import CONFIG, load_settings, run_slurm
@@ -106,8 +106,8 @@ def _slurm_options(parser: argparse.ArgumentParser) -> None:
 def _which(args: argparse.Namespace, most: int, limit: str) -> tuple[list[str], list[int]]:
     """The models and seeds the options select, checked: at most `most` (model, seed) runs, else a
     StudyError that says how to ask for more (`limit`), before any list of seeds is built."""
-    if not 0 < args.steps_scale < math.inf:
-        raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a finite positive number")
+    if not steps_scale_ok(args.steps_scale):
+        raise StudyError(f"--steps-scale {args.steps_scale:g}: expected a number in (0, 1], as train.steps_scale")
     if args.seeds < 1:
         raise StudyError(f"--seeds {args.seeds}: expected a positive number of seeds")
     bad = [s for s in args.seed_list or () if not 0 <= s < 2**64]

@@ -156,13 +156,14 @@ def test_a_merge_key_is_read_as_dvc_reads_it(tmp_path):
     """`<<: *alpha` copies an anchored entry and a key beside it overrides one value: DVC reads such a
     file, and so do we (a key named twice in the entry's own lines is still refused)."""
     text = (REPO_ROOT / "params.yaml").read_text()
-    merged = text.replace("  astra_alpha:\n", "  astra_alpha: &alpha\n", 1) + "  astra_wide:\n    <<: *alpha\n    hidden: 256\n"
+    wide = "  astra_wide:\n    <<: *alpha\n    hidden: 256\n"
+    merged = text.replace("  astra_alpha:\n", "  astra_alpha: &alpha\n", 1).replace("\nevaluate:\n", wide + "\nevaluate:\n")
     (tmp_path / "params.yaml").write_text(merged)
     params = load_params(tmp_path / "params.yaml")
     wide, alpha = params.models["astra_wide"], params.models["astra_alpha"]
     assert (wide.hidden, alpha.hidden) == (256, 128)
     assert dataclasses.replace(wide, hidden=128) == alpha
-    (tmp_path / "params.yaml").write_text(merged + "    hidden: 512\n")
+    (tmp_path / "params.yaml").write_text(merged.replace(wide, wide + "    hidden: 512\n"))
     with pytest.raises(ParamsError, match=r"key 'hidden' appears twice"):
         load_params(tmp_path / "params.yaml")
 
@@ -195,24 +196,44 @@ def test_no_resume_file_is_named_by_a_path(tmp_path):
         ResumeStore(tmp_path / "inner", "../evil", 1, "fingerprint", "cpu", "mkl")
 
 
-@pytest.mark.parametrize("key, value", [("model", "astra_beta"), ("seed", 4), ("train.steps_scale", 0.01)])
-def test_dvc_exp_run_set_changes_one_line_of_params_yaml(tmp_path, key, value):
-    """`dvc exp run -S KEY=VALUE` rewrites params.yaml through DVC's YAML round trip
-    (`dvc.utils.serialize.modify_yaml`): the file is kept in the style that round trip writes, so the
-    round trip leaves it byte for byte and a set value changes exactly its own line."""
-    from dvc.utils.serialize import modify_yaml
+def _changed_lines(before: str, after: str) -> list[tuple[str, str]]:
+    assert len(before.splitlines()) == len(after.splitlines()), "lines were added or dropped"
+    return [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+
+
+def test_a_real_dvc_exp_run_set_changes_one_line_of_params_yaml(tmp_path):
+    """The path users take: `dvc exp run -S model=astra_beta` in a repository holding our params.yaml
+    rewrites it through DVC's overrides, which replace every list whole (and with it any comment
+    that followed it). One line changes, and the experiment's commit holds the same bytes."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    original = (REPO_ROOT / "params.yaml").read_text()
+    (root / "params.yaml").write_text(original)
+    (root / "dvc.yaml").write_text("stages:\n  selected:\n    cmd: python -c \"import yaml; print(yaml.safe_load("
+                                   "open('params.yaml'))['model'])\" > selected.txt\n    params:\n      - model\n"
+                                   "    outs:\n      - selected.txt\n")
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
+                    ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "params"]):
+        subprocess.run(command, cwd=root, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "dvc", "exp", "run", "-S", "model=astra_beta"], cwd=root, check=True,
+                   capture_output=True)
+    assert (root / "selected.txt").read_text() == "astra_beta\n"
+    assert _changed_lines(original, (root / "params.yaml").read_text()) == [("model: astra_alpha", "model: astra_beta")]
+    diff = subprocess.run(["git", "diff", "--numstat", "params.yaml"], cwd=root, capture_output=True, text=True)
+    assert diff.stdout.split() == ["1", "1", "params.yaml"]
+
+
+@pytest.mark.parametrize("key, value", [("seed", 4), ("train.steps_scale", 0.01), ("generate.top_k", 20)])
+def test_dvcs_overrides_change_one_line_of_params_yaml(tmp_path, key, value):
+    """What `-S KEY=VALUE` calls (`dvc.utils.hydra.apply_overrides`), for keys beside lists too; the
+    same value set again leaves the bytes as they were."""
+    from dvc.utils.hydra import apply_overrides
 
     original = (REPO_ROOT / "params.yaml").read_text()
     path = tmp_path / "params.yaml"
     path.write_text(original)
-    with modify_yaml(path):
-        pass
+    apply_overrides(path, ["model=astra_alpha"])
     assert path.read_text() == original
-    with modify_yaml(path) as data:
-        *parents, last = key.split(".")
-        for name in parents:
-            data = data[name]
-        data[last] = value
-    changed = [(a, b) for a, b in zip(original.splitlines(), path.read_text().splitlines()) if a != b]
-    assert len(original.splitlines()) == len(path.read_text().splitlines()) and len(changed) == 1, changed
-    assert changed[0][1].strip() == f"{last}: {value}"
+    apply_overrides(path, [f"{key}={value}"])
+    changed = _changed_lines(original, path.read_text())
+    assert len(changed) == 1 and changed[0][1].strip() == f"{key.split('.')[-1]}: {value}", changed

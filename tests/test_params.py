@@ -156,14 +156,14 @@ def test_a_merge_key_is_read_as_dvc_reads_it(tmp_path):
     """`<<: *alpha` copies an anchored entry and a key beside it overrides one value: DVC reads such a
     file, and so do we (a key named twice in the entry's own lines is still refused)."""
     text = (REPO_ROOT / "params.yaml").read_text()
-    wide = "  astra_wide:\n    <<: *alpha\n    hidden: 256\n"
-    merged = text.replace("  astra_alpha:\n", "  astra_alpha: &alpha\n", 1).replace("\nevaluate:\n", wide + "\nevaluate:\n")
+    entry = "  astra_wide:\n    <<: *alpha\n    hidden: 256\n"
+    merged = text.replace("  astra_alpha:\n", "  astra_alpha: &alpha\n", 1).replace("\nevaluate:\n", entry + "\nevaluate:\n")
     (tmp_path / "params.yaml").write_text(merged)
     params = load_params(tmp_path / "params.yaml")
     wide, alpha = params.models["astra_wide"], params.models["astra_alpha"]
     assert (wide.hidden, alpha.hidden) == (256, 128)
     assert dataclasses.replace(wide, hidden=128) == alpha
-    (tmp_path / "params.yaml").write_text(merged.replace(wide, wide + "    hidden: 512\n"))
+    (tmp_path / "params.yaml").write_text(merged.replace(entry, entry + "    hidden: 512\n"))
     with pytest.raises(ParamsError, match=r"key 'hidden' appears twice"):
         load_params(tmp_path / "params.yaml")
 

@@ -15,6 +15,7 @@ import pytest
 from rnnlm.errors import RnnlmError
 from rnnlm.study.campaign import collect as study_collect
 from rnnlm.study.judging import report as study_report
+from rnnlm.study.folders import StudyFolderError, load_run
 from tests.conftest import REPO_ROOT
 from tests.study_repo import experiment, new_repo, study_params
 
@@ -186,6 +187,49 @@ def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, 
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"error: reports/study/alpha/seed-1337/{message}")
     assert not (repo / "reports/study.md").exists()
+
+
+def _blocks_edit(edit):
+    """A damage that rewrites validation_blocks.csv: `edit` takes and returns its rows (header first)."""
+    def damage(folder):
+        rows = [line.split(",") for line in (folder / "validation_blocks.csv").read_text().splitlines()]
+        (folder / "validation_blocks.csv").write_text("\n".join(",".join(r) for r in edit(rows)) + "\n")
+    return damage
+
+
+def _double_stateful(rows):
+    column = rows[0].index("stateful_nats")
+    return [rows[0]] + [[*r[:column], repr(2 * float(r[column])), *r[column + 1:]] for r in rows[1:]]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_blocks_edit(lambda rows: [[c for c in r if c != r[rows[0].index("bigram_nats")]] for r in rows]),
+     "validation_blocks.csv: has no bigram_nats column, expected one for each scorer metrics.json reports"),
+    (_blocks_edit(lambda rows: [rows[0]] + [[r[0], r[1], "0", *r[3:]] for r in rows[1:]]),
+     "validation_blocks.csv: has a block of 0 characters, expected every block to hold some"),
+    (_blocks_edit(lambda rows: rows[:-1]),
+     "validation_blocks.csv: has 1 blocks, expected the 2 blocks of 2,048 characters, in order, of a split of 3,047"),
+    (_blocks_edit(lambda rows: rows + [["2", "4096", *rows[-1][2:]]]),
+     "validation_blocks.csv: has 3 blocks, expected the 2 blocks"),
+    (_blocks_edit(lambda rows: rows[:2] + [[rows[2][0], rows[2][1], "999", *rows[2][3:]]]),
+     "validation_blocks.csv: adds up to 3,046 characters and 3,047 tokens, expected metrics.json's 3,047 and 3,047"),
+    (_blocks_edit(_double_stateful), "validation_blocks.csv: sums to 5.000000 stateful bits per character, expected "
+                                     "metrics.json's 2.5"),
+    (lambda f: _edit_json(f / "provenance.json", registration="yes"),
+     "provenance.json: has 'yes' under registration, expected a mapping of the registration's file"),
+    (lambda f: _edit_json(f / "provenance.json", files=5), "provenance.json: has 5 under files, expected a list"),
+], ids=["a column missing", "empty blocks", "a block cut", "a block added", "a count off", "nats doubled",
+        "registration as text", "files a number"])
+def test_a_folder_whose_blocks_or_provenance_do_not_fit_the_run_is_refused(repo, damage, message):
+    """The text interval resamples the blocks: they must be the run's own split, adding up to its
+    totals, or the interval moves silently (it did: [0.94, 0.98] to [0.94, 1.55])."""
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    folder = out / "alpha/seed-1337"
+    damage(folder)
+    with pytest.raises(StudyFolderError) as error:
+        load_run(folder, "alpha", 1337, quick=False)
+    assert str(error.value).startswith(f"{folder}/{message}") and "\n" not in str(error.value)
 
 
 def test_report_failing_part_way_leaves_every_previous_output(repo, monkeypatch):

@@ -23,7 +23,7 @@ import yaml
 
 from rnnlm.errors import ParamsError, RnnlmError
 from rnnlm.params_base import parse_yaml
-from rnnlm.evaluation.blocks import BlockTable, read_blocks
+from rnnlm.evaluation.blocks import BLOCK_CHARS, BlockTable, read_blocks
 from rnnlm.params import model_entry, parse_params
 
 
@@ -233,6 +233,9 @@ def _check(run: StudyRun) -> None:
     why = _shape_does_not_fit(run)
     if why:
         raise bad("params.yaml", why)
+    why = _blocks_do_not_add_up(run)
+    if why:
+        raise bad("validation_blocks.csv", why)
     if not (run.folder / "generations.md").is_file():
         raise StudyFolderError(f"{run.folder / 'generations.md'}: missing; expected the samples the study links to "
                                "(collect the run again)")
@@ -258,6 +261,49 @@ def _shape_does_not_fit(run: StudyRun) -> str | None:
     if rest or vocab < 1 or (sentencepiece is not None and vocab != sentencepiece):
         return (f"describes models.{run.model} as {entry.config_cell} {entry.embd}/{entry.hidden}/{entry.layers}, which cannot "
                 f"have the {int(run.train['parameters']):,} parameters train_metrics.json counted")
+    return None
+
+
+BLOCK_SUM_TOLERANCE = 1e-6
+"""How far (relative) a scorer's blocks, summed, may lie from its bits per character in metrics.json:
+the two are summed in different orders (float32 scores, float64 sums; 7e-8 at most over the study's
+runs), while a cut, an added or a doubled block moves it by a hundredth or more."""
+
+
+def _block_scorers(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The blocks' scorers a run's metrics.json has a figure for: name -> its bits per character."""
+    scorers = {name: metrics.get(f"{name}_bpc") for name in ("stateful", "stateless", "bigram")}
+    first = metrics.get("first_epoch") if isinstance(metrics.get("first_epoch"), dict) else {}
+    scorers.update({f"first_epoch_{name}": first[f"{name}_bpc"] for name in ("stateful", "stateless")
+                    if f"{name}_bpc" in first})
+    return scorers
+
+
+def _blocks_do_not_add_up(run: StudyRun) -> str | None:
+    """Why the run's validation blocks cannot be its validation split, or None: the split's blocks of
+    `BLOCK_CHARS` characters in order (as many as its characters give), none empty, whose characters,
+    tokens and each scorer's nats add up to the run's own totals in metrics.json."""
+    blocks, m = run.blocks, run.metrics
+    if blocks is None:
+        return None
+    chars, tokens = m.get("val_chars"), m.get("val_tokens")
+    if not isinstance(chars, int) or not isinstance(tokens, int):
+        return "stands beside a metrics.json without whole val_chars and val_tokens to hold it to"
+    expected = chars // BLOCK_CHARS + 1  # the split has val_chars + its first token's characters
+    if blocks.first_char != [i * BLOCK_CHARS for i in range(expected)]:
+        return (f"has {len(blocks.first_char)} blocks, expected the {expected} blocks of {BLOCK_CHARS:,} characters, "
+                f"in order, of a split of {chars:,} predicted characters")
+    if min(blocks.chars) <= 0:
+        return f"has a block of {min(blocks.chars)} characters, expected every block to hold some"
+    if (sum(blocks.chars), sum(blocks.tokens)) != (chars, tokens):
+        return (f"adds up to {sum(blocks.chars):,} characters and {sum(blocks.tokens):,} tokens, expected "
+                f"metrics.json's {chars:,} and {tokens:,}")
+    for name, bpc in _block_scorers(m).items():
+        if name not in blocks.nats:
+            return f"has no {name}_nats column, expected one for each scorer metrics.json reports"
+        summed = math.fsum(blocks.nats[name]) / math.log(2) / chars
+        if not (isinstance(bpc, (int, float)) and abs(summed - bpc) <= BLOCK_SUM_TOLERANCE * abs(bpc)):
+            return f"sums to {summed:.6f} {name} bits per character, expected metrics.json's {bpc!r}"
     return None
 
 
@@ -289,6 +335,15 @@ def _shape_problems(run: StudyRun):
     for mode, stats in (m.get("text") or {}).items() if isinstance(m.get("text"), dict) else ():
         if not isinstance(stats, dict):
             yield "metrics.json", f"{stats!r} under text.{mode}", "a mapping of statistics"
+    p = run.provenance
+    if "files" in p and not (isinstance(p["files"], list) and all(f in FOLDER for f in p["files"])):
+        yield "provenance.json", f"{p['files']!r} under files", "a list of the folder's file names"
+    record = p.get("registration")
+    if record is not None and not (isinstance(record, dict) and isinstance(record.get("file"), str)
+                                   and isinstance(record.get("commit"), str)
+                                   and isinstance(record.get("code_descends"), bool)):
+        yield ("provenance.json", f"{record!r} under registration",
+               "a mapping of the registration's file, its commit and whether the run's code descends from it")
     for name, record in (("train_metrics.json", run.train), ("provenance.json", run.provenance)):
         machines = record.get("machines")
         if machines is not None and not (isinstance(machines, list) and all(isinstance(x, dict) for x in machines)):

@@ -102,8 +102,12 @@ def _held(folder: Path) -> dict | None:
 
 
 def _complete(folder: Path, held: dict) -> bool:
-    """Whether every file the folder's provenance lists is there (a folder is complete only then)."""
-    return all((folder / name).is_file() for name in held.get("files", REQUIRED))
+    """Whether every file the folder's provenance lists is there (a folder is complete only then; a
+    list that is not one of names, complete never: collecting the run again mends it)."""
+    files = held.get("files", REQUIRED)
+    if not isinstance(files, (list, frozenset)) or not all(isinstance(name, str) for name in files):
+        return False
+    return all((folder / name).is_file() for name in files)
 
 
 @contextlib.contextmanager

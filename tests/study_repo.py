@@ -94,8 +94,8 @@ REGISTRATION = Path(__file__).resolve().parents[1] / "reports/study/registration
 
 
 def new_repo(tmp_path: Path, rules: bool = True) -> Path:
-    """A repository whose branch holds the study's registered rules (unless not `rules`; not sealed)
-    and one committed run: alpha, seed 1337, full scale."""
+    """A repository whose branch holds the study's registered rules, sealed (unless not `rules`), and
+    one committed run: alpha, seed 1337, full scale."""
     root = tmp_path / "repo"
     (root / "reports/study").mkdir(parents=True)
     if rules:
@@ -103,7 +103,27 @@ def new_repo(tmp_path: Path, rules: bool = True) -> Path:
     git(root, "init", "-q")
     write_run(root, "alpha", 1.0, 2.50)
     commit(root, "alpha, committed", "2026-01-01T10:00:00+00:00")
+    if rules:
+        seal_rules(root)
     return root
+
+
+def seal_rules(root: Path, study: str = "reports/study", date: str = "2026-01-01T10:30:00+00:00") -> str:
+    """Seal the registration the repository `root` holds committed in `study` (`register --seal`) and
+    commit sealed.tsv; returns the commit that added the registration."""
+    from rnnlm.study.registration import seal
+
+    registered = seal(root, root / study / REGISTRATION.name)
+    commit(root, "sealed", date)
+    return registered
+
+
+def study_in_git(root: Path, study: str = "reports/study") -> None:
+    """Make `root` (holding the study folder `study` with the registration) a repository with
+    everything committed and the registration sealed: what `report` reads the registration from."""
+    git(root, "init", "-q")
+    commit(root, "the study", "2026-01-01T10:00:00+00:00")
+    seal_rules(root, study)
 
 
 def study_params(repo: Path) -> Path:

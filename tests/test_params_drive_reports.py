@@ -18,6 +18,7 @@ from rnnlm.study.judging import report as study_report
 from rnnlm.study.judging.figure import _reset_curve
 from rnnlm.reporting.generation_markdown import to_markdown
 from rnnlm.inference.generation_run import run_generations
+from tests.study_repo import study_in_git
 from tests.conftest import REPO_ROOT, synthetic_play
 
 RESET_EVERY = [1, 4, 16]
@@ -73,6 +74,7 @@ def test_another_ngram_order_and_other_reset_intervals_flow_through_every_report
     (folder / "generations.md").write_text(report)
     (folder / "provenance.json").write_text(json.dumps({"model": "astra_alpha", "steps_scale": 1.0, "rev": "0" * 40}))
     shutil.copy(REPO_ROOT / "reports/study/registration-1.yaml", tmp_path / "study")
+    study_in_git(tmp_path, "study")
     runs = study_report.report(tmp_path / "study", tmp_path / "study.md", tmp_path / "study.png",
                                str(REPO_ROOT / "params.yaml"))
     assert list(_reset_curve(runs[0])) == ["1", "4", "16", "never"]

@@ -41,7 +41,7 @@ def repo(tmp_path) -> Path:
 
 def _registered(repo: Path) -> Path:
     path = repo / "reports/study/registration-1.yaml"
-    shutil.copy(current_registration(STUDY).path, path)
+    shutil.copy((STUDY / "registration-1.yaml"), path)
     return path
 
 
@@ -79,7 +79,7 @@ def test_writing_a_registration_reads_its_history_from_git_and_never_overwrites(
     (repo / "reports/study/astra_alpha/seed-1/metrics.json").write_text("{}")
     data = _commit(repo, "a run")
     draft = tmp_path / "draft.yaml"
-    text = current_registration(STUDY).path.read_text()
+    text = (STUDY / "registration-1.yaml").read_text()
     draft.write_text(text[:text.index("\n# Read from git")] + "\n")
     raw = draft.read_text().replace("data_models: [astra_alpha_carried, astra_beta_carried]", "data_models: [astra_alpha]")
     draft.write_text(raw.replace("rule_commits: [54b5d35]", "rule_commits: [1234567]"))
@@ -107,14 +107,27 @@ def test_writing_a_registration_reads_its_history_from_git_and_never_overwrites(
 
 
 @pytest.mark.parametrize("edit, why", [
-    (lambda raw: raw.pop("confirmatory"), "no 'confirmatory' of the expected kind"),
+    (lambda raw: raw.pop("confirmatory"), "confirmatory is nothing; expected a mapping"),
     (lambda raw: raw["claims"][2].update(form="some"), "claims.2: form 'some'; expected one of all, any, list"),
     (lambda raw: raw["claims"][1]["rules"]["not_below_bigram"].update(kind="below"), "kind 'below'; expected above"),
-], ids=["no confirmatory seeds", "an unknown form", "an unknown rule"])
+    (lambda raw: raw["claims"][2]["rules"]["gap_growth"].update(edge="one"),
+     "claims.2.rules.gap_growth: edge is 'one'; expected a number"),
+    (lambda raw: raw["claims"][2]["rules"]["gap_growth"].update(grid=[0.0, "five"]),
+     r"claims.2.rules.gap_growth.grid: \[0.0, 'five'\]; expected a non-empty list of finite numbers"),
+    (lambda raw: raw.update(level="zero"), "level is 'zero'; expected a number"),
+    (lambda raw: raw.update(level=1.5), r"level 1.5; expected a family-wise error level in \(0, 1\)"),
+    (lambda raw: raw["confirmatory"].update(at_least="five"), "confirmatory: at_least is 'five'; expected a whole"),
+    (lambda raw: raw.update(history=[1, 2]), r"history is \[1, 2\]; expected a mapping of claim numbers"),
+    (lambda raw: raw["history"][3].update(rule_set="today"), r"history.3.rule_set: 'today'; expected a list"),
+    (lambda raw: raw.update(claims={"one": raw["claims"][1]}), "claims.one: expected claims numbered 1, 2"),
+    (lambda raw: raw.update(registration="first"), "registration is 'first'; expected a whole number"),
+], ids=["no confirmatory seeds", "an unknown form", "an unknown rule", "an edge in words", "a grid in words",
+        "a level in words", "a level above 1", "at_least in words", "history a list", "a rule_set in words",
+        "a claim named in words", "its number in words"])
 def test_a_malformed_registration_is_one_line(tmp_path, edit, why):
     import yaml
 
-    raw = yaml.safe_load(current_registration(STUDY).path.read_text())
+    raw = yaml.safe_load((STUDY / "registration-1.yaml").read_text())
     edit(raw)
     path = tmp_path / "registration-9.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True))
@@ -154,5 +167,46 @@ def test_sealing_records_the_registering_commit_once(repo):
     with pytest.raises(RegistrationError, match="sealed already"):
         seal(repo, path)
     path.write_text(path.read_text().replace("edge: 0.05", "edge: 0.04", 1))
-    with pytest.raises(RegistrationError, match="its sha256 is not the one sealed.tsv sealed"):
+    with pytest.raises(RegistrationError, match="differs from the registered file of"):
         current_registration(repo / "reports/study")
+
+
+def _study(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "rnnlm.study", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(repo, tmp_path):
+    draft = tmp_path / "draft.yaml"
+    draft.write_text("registration: 2\nlevel: 0.05\n")
+    outside = tmp_path / "registration-1.yaml"
+    outside.write_text((STUDY / "registration-1.yaml").read_text())
+    for args, message in (
+            (["register", str(tmp_path / "none.yaml"), "--out", "reports/study/registration-2.yaml"],
+             "none.yaml: cannot be read (No such file or directory); expected a draft"),
+            (["register", str(draft), "--out", "reports/study/registration-2.yaml"],
+             "draft.yaml: expected a draft with a mapping of claims and no history"),
+            (["register", "--seal", str(outside)], "registration-1.yaml: outside the repository")):
+        done = _study(*args, cwd=repo)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+        assert not (repo / "reports/study/registration-2.yaml").exists()
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda raw: raw["claims"].pop(5), r"no claim 5; expected claims 1 to 7"),
+    (lambda raw: raw["claims"][6]["rules"].update(agreement=raw["claims"][6]["rules"].pop("agrees")),
+     r"claims.6.rules has no agrees; expected the rules agrees"),
+], ids=["a claim removed", "a rule renamed"])
+def test_a_registration_without_a_claim_or_rule_the_judging_reads_stops_the_report(tmp_path, edit, why):
+    """Committed and sealed as it is (a new registration), it still cannot judge the study's claims."""
+    import yaml
+
+    from rnnlm.study.judging.findings import check_claims
+
+    raw = yaml.safe_load((STUDY / "registration-1.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "registration-2.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    with pytest.raises(RegistrationError, match=why):
+        check_claims(load_registration(path))

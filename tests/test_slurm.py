@@ -123,6 +123,9 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
     run(["dvc", "remote", "add", "-d", "team", str(storage)], seed_repo)
     run(["git", "add", "-A"], seed_repo)
     run(["git", "commit", "-qm", "the team's DVC remote, the cluster script and the registered rules"], seed_repo)
+    run([sys.executable, "-m", "rnnlm.study", "register", "--seal", "reports/study/registration-1.yaml"], seed_repo)
+    run(["git", "add", "-A"], seed_repo)
+    run(["git", "commit", "-qm", "the rules sealed"], seed_repo)
     run(["git", "push", "-q", str(origin), "HEAD:main"], seed_repo)
     repo = tmp_path / "submitter"
     run(["git", "clone", "-q", str(origin), str(repo)], tmp_path)

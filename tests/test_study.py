@@ -17,7 +17,7 @@ from rnnlm.study.campaign import collect as study_collect
 from rnnlm.study.judging import report as study_report
 from rnnlm.study.folders import StudyFolderError, load_run
 from tests.conftest import REPO_ROOT
-from tests.study_repo import experiment, new_repo, study_params
+from tests.study_repo import experiment, git, new_repo, study_params
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def _folders(repo: Path) -> Path:
 OUTPUTS = ("study.md", "study.png", "study/runs.csv", "study/summary.csv", "study/summary.json", "study/findings.json")
 
 
-def test_report_reads_the_folders_alone(repo):
+def test_report_reads_the_folders_and_git(repo):
     params = _folders(repo)
     reports = repo / "reports"
     runs = study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
@@ -58,8 +58,11 @@ def test_report_reads_the_folders_alone(repo):
     assert summary.loc[("beta", "stateful_bpc"), "n"] == 2 and summary.loc[("beta", "stateful_bpc"), "mean"] == 2.23
     assert json.loads((reports / "study/summary.json").read_text())["beta"]["seeds"] == 2
     first = {name: (reports / name).read_bytes() for name in OUTPUTS}
-    shutil.rmtree(repo / ".git")  # nothing but the folders is read
     study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
+    assert {name: (reports / name).read_bytes() for name in OUTPUTS} == first
+    shutil.rmtree(repo / ".git")  # what is registered, and when, is git's to say: without it, nothing is written
+    with pytest.raises(RnnlmError, match=r"reports/study: not inside a git repository; expected a clone"):
+        study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
     assert {name: (reports / name).read_bytes() for name in OUTPUTS} == first
 
 
@@ -78,9 +81,13 @@ def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
 def test_a_fresh_clone_rebuilds_the_committed_study_byte_for_byte(tmp_path):
     """What `python -m rnnlm.study report` gives in a fresh clone: the committed study.md, study.png,
     runs.csv, summary.csv, summary.json and the README's block, from the folders alone."""
-    reports = tmp_path / "reports"
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--shared", str(REPO_ROOT), str(clone))  # the history; the study as it is here
+    reports = clone / "reports"
+    shutil.rmtree(reports / "study")
     shutil.copytree(REPO_ROOT / "reports/study", reports / "study",
                     ignore=shutil.ignore_patterns("runs.csv", "summary.csv", "summary.json"))
+    tmp_path = clone
     shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
     readme = (tmp_path / "README.md").read_text()
     start, end = readme.index(study_report.README_BEGIN), readme.index(study_report.README_END)

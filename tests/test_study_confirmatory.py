@@ -4,8 +4,10 @@ each run (confirmatory, exploratory, or left out for its tokenizer) from the fol
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -24,7 +26,7 @@ from rnnlm.study.judging.findings_markdown import findings_markdown
 from rnnlm.study.registration import seal
 from rnnlm.study.judging.text_sample import text_interval
 from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED, inconclusive
-from tests.study_repo import commit, experiment, new_repo, study_params
+from tests.study_repo import commit, experiment, git, new_repo, study_params
 from tests.test_study_findings import NO_EPOCHS, REGISTRATION, SHAPES, frame_of, seeds
 
 
@@ -184,20 +186,91 @@ def test_a_run_trained_after_the_registration_reads_as_confirmatory_one_before_a
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| [beta](")}
     assert rows["5"].endswith("| confirmatory |") and rows["6"].endswith("| exploratory |")
     assert f"commit {registered[:7]}" in text
-    first = {p.name: p.read_bytes() for p in reports.rglob("*") if p.is_file() and ".git" not in p.parts}
-    shutil.rmtree(repo / ".git")  # the reading is the folders': no git needed to rebuild the same bytes
+    for seed in (5, 6):  # the reading is git's: the record collect wrote is a courtesy, not a source
+        _edit_provenance(out / f"beta/seed-{seed}", lambda p: p.pop("registration"))
     study_report.report(out, reports / "study.md", reports / "study.png", str(study_params(repo)))
-    assert {p.name: p.read_bytes() for p in reports.rglob("*") if p.is_file()} == first
+    assert (reports / "study.md").read_text() == text
 
 
-def test_an_edited_registration_stops_the_report(tmp_path):
+def _edit_provenance(folder, edit):
+    path = folder / "provenance.json"
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record, indent=2))
+
+
+@pytest.mark.parametrize("forge, message", [
+    (lambda p: p["registration"].update(code_descends=True),
+     r"beta/seed-6/provenance.json: says its code descends from registration-1.yaml \(\w{7}\), which git does not "
+     r"bear out; expected the record `collect` writes from git"),
+    (lambda p: p.update(commit="0" * 40),
+     r"beta/seed-6/provenance.json: records the commit '0{40}', which this repository does not hold; expected the "
+     r"commit the run was trained on"),
+    (lambda p: p["registration"].update(file="registration-9.yaml"),
+     r"beta/seed-6/provenance.json: says its code does not descend from registration-9.yaml .* \(no such "
+     r"registration\)"),
+], ids=["descends, says the folder", "a commit git lacks", "another registration"])
+def test_a_forged_provenance_stops_the_report(tmp_path, forge, message):
+    """Seed 6 was trained before the registration: a folder that says otherwise, or names a commit git
+    does not hold, is refused in one line; nothing is written."""
     repo, _ = _sealed_repo(tmp_path)
     out = repo / "reports/study"
     study_collect.collect(repo, out)
+    _edit_provenance(out / "beta/seed-6", forge)
+    with pytest.raises(RnnlmError, match=message):
+        study_report.report(out, repo / "reports/study.md", repo / "reports/study.png", str(study_params(repo)))
+    assert not (repo / "reports/study.md").exists()
+
+
+def _edit_and_reseal(repo, out):
     path = out / "registration-1.yaml"
     path.write_text(path.read_text().replace("edge: 0.05", "edge: 0.04", 1))
-    with pytest.raises(RnnlmError, match="its sha256 is not the one sealed.tsv sealed"):
+    sealed = out / "sealed.tsv"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    lines = sealed.read_text().splitlines()
+    name, _, commit, date = lines[1].split("\t")
+    sealed.write_text("\n".join([lines[0], "\t".join([name, digest, commit, date])]) + "\n")
+
+
+def _second_registration(repo, out):
+    shutil.copy(out / "registration-1.yaml", out / "registration-2.yaml")
+
+
+def _other_commit(repo, out):
+    sealed = out / "sealed.tsv"
+    head = git(repo, "rev-parse", "HEAD").strip()
+    text = sealed.read_text()
+    sealed.write_text(re.sub(r"\t[0-9a-f]{40}\t", f"\t{head}\t", text))
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda repo, out: _edit_and_reseal(repo, out),
+     r"registration-1.yaml: differs from the registered file of \w{7}; a rule change is a new registration"),
+    (lambda repo, out: (_edit_and_reseal(repo, out), commit(repo, "edited", "2026-01-03T10:00:00+00:00")),
+     r"registration-1.yaml: changed after the commit that registered it"),
+    (lambda repo, out: _second_registration(repo, out),
+     r"registration-2.yaml: not committed; a registration counts from the commit that adds it"),
+    (lambda repo, out: (out / "sealed.tsv").unlink(),
+     r"sealed.tsv: no line for registration-1.yaml; expected each registration sealed"),
+    (lambda repo, out: _other_commit(repo, out),
+     r"sealed.tsv: records registration-1.yaml as \w{12} added by \w{12}, but git holds \w{12} added by \w{12}"),
+    (lambda repo, out: (out / "sealed.tsv").write_bytes(b"file\tsha256\n\xff\xfe"),
+     r"sealed.tsv: cannot be read \(not UTF-8 text\)"),
+    (lambda repo, out: (out / "registration-1.yaml").unlink(),
+     r"registration-1.yaml: committed but missing here"),
+], ids=["edited and resealed", "edited, committed and resealed", "an unsealed second one", "sealed.tsv deleted",
+        "sealed.tsv naming another commit", "sealed.tsv not text", "registration deleted"])
+def test_a_registration_git_does_not_bear_out_stops_the_report(tmp_path, spoil, message):
+    """Which rules count, and from when, is read from git: the bytes committed by the one commit that
+    added each registration, which sealed.tsv must record as git does. Each of these changed the
+    verdicts silently before."""
+    repo, _ = _sealed_repo(tmp_path)
+    out = repo / "reports/study"
+    study_collect.collect(repo, out)
+    spoil(repo, out)
+    with pytest.raises(RnnlmError, match=message) as error:
         study_report.report(out, repo / "reports/study.md", repo / "reports/study.png", str(study_params(repo)))
+    assert "\n" not in str(error.value) and not (repo / "reports/study.md").exists()
 
 
 def test_a_sentencepiece_run_of_another_tokenizer_is_marked_and_left_out():

@@ -6,6 +6,7 @@ study's transcribed logs against the study's own notebook where it is at hand.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -21,13 +22,15 @@ from rnnlm.study.judging.claims import CLAIMS
 from rnnlm.study.judging.evidence import Evidence
 from rnnlm.study.judging.findings import exploratory, findings_record
 from rnnlm.study.judging.findings_markdown import findings_markdown
-from rnnlm.study.registration import current_registration
+from rnnlm.study.registration import load_registration, sealed
 from rnnlm.study.judging.rules import Above, Within, decide, interval_tests
 from rnnlm.study.judging.table import FIGURES
 from rnnlm.study.judging.verdicts import CONTRADICTED, MIXED, NOT_MEASURED, SUPPORTED, by_form, inconclusive
 from tests.conftest import REPO_ROOT
 
-REGISTRATION = current_registration(REPO_ROOT / "reports/study")
+_RULES = REPO_ROOT / "reports/study/registration-1.yaml"
+REGISTRATION = dataclasses.replace(load_registration(_RULES), sealed_by=sealed(_RULES.parent)[_RULES.name][1])
+"""The study's registration as its file and sealed.tsv say (no git: the report's own reading is tested elsewhere)."""
 
 OFFSETS = (-1.2, -0.5, 0.0, 0.5, 1.2)  # five seeds' deviations from the mean, in units of the spread
 SHAPES = {"alpha": ("gru", 64, 128, 1), "beta": ("gru", 128, 256, 2), "gamma": ("gru", 256, 512, 3)}

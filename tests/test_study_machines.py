@@ -45,6 +45,9 @@ def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
     shutil.copy(REPO_ROOT / "reports/study/registration-1.yaml", seed / "reports/study")  # the study's rules
     run(["git", "add", "-A"], seed)
     run(["git", "commit", "-qm", "the team's DVC remote"], seed)
+    run([sys.executable, "-m", "rnnlm.study", "register", "--seal", "reports/study/registration-1.yaml"], seed)
+    run(["git", "add", "-A"], seed)
+    run(["git", "commit", "-qm", "the rules sealed"], seed)
     run(["git", "push", "-q", str(origin), "HEAD:main"], seed)
 
     # Each machine: a clone that trains one model as an experiment and shares it.

@@ -16,7 +16,8 @@
 `dvc exp pull`, or a commit; with `--archives`, the archives a GPU machine's
 `benchmarks/gpu_check.py --study` sends back) into `reports/study/<model>/seed-<seed>/`
 (`rnnlm.study.campaign.collect`); `report` builds the tables, figure and summaries from those
-folders alone (`rnnlm.study.judging.report`); `resume-files` lists the resume files of
+folders, reading from git which rules are registered and which runs came after them
+(`rnnlm.study.judging.report`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`); `register` writes a new registration
 of the study's rules from a draft, its history read from git, and once it is committed, `--seal` records
 the commit that added it (`rnnlm.study.registration`).

@@ -305,9 +305,12 @@ class Claim:
     words, question, form and rules are the registration's (`rnnlm.study.registration`)."""
 
     judge: Judge
+    rules: tuple[str, ...]  # the registered rules its judge reads, by name
     recipes: tuple[str, ...] = ("reset",)
 
 
-CLAIMS = [Claim(judge_bigram), Claim(judge_capacity), Claim(judge_subwords), Claim(judge_first_epoch),
-          Claim(judge_leviathan), Claim(judge_study_losses), Claim(judge_carried, recipes=("reset", "carried"))]
+CLAIMS = [Claim(judge_bigram, ("not_below_bigram",)), Claim(judge_capacity, ("gap_growth",)),
+          Claim(judge_subwords, ("gap_growth",)), Claim(judge_first_epoch, ("first_epoch_wins",)),
+          Claim(judge_leviathan, ("best_early", "overfits")), Claim(judge_study_losses, ("agrees",)),
+          Claim(judge_carried, ("stateful_gain", "gap_growth"), recipes=("reset", "carried"))]
 """The study's claims in its order, then ours beyond it: claim k is CLAIMS[k - 1]."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from rnnlm.study.judging.claims import CLAIMS, Judgement
 from rnnlm.study.judging.evidence import Comparison, Evidence, rounded
-from rnnlm.study.registration import RegisteredClaim, Registration
+from rnnlm.study.registration import RegisteredClaim, Registration, RegistrationError
 from rnnlm.study.judging.rules import Decision, decide, interval_tests
 from rnnlm.study.judging.verdicts import Verdict, by_form
 
@@ -89,6 +89,19 @@ def decide_claim(number: int, registered: RegisteredClaim, judged: Judgement, le
                for c, d, e in zip(rows, t, exact)}
     comparisons = [decided.get(c.label, c) for c in judged.comparisons if c.label not in waiting]
     return Finding(number, registered, replace(judged, comparisons=comparisons), tuple(waiting.items()), sensitivity)
+
+
+def check_claims(registration: Registration) -> None:
+    """RegistrationError unless the registration registers each claim of `CLAIMS`, numbered 1, 2, ...,
+    with every rule its judge reads (a claim or a rule renamed or left out would stop the judging)."""
+    for number, claim in enumerate(CLAIMS, start=1):
+        registered = registration.claims.get(number)
+        if registered is None:
+            raise RegistrationError(f"{registration.path}: no claim {number}; expected claims 1 to {len(CLAIMS)}")
+        missing = [name for name in claim.rules if name not in registered.rules]
+        if missing:
+            raise RegistrationError(f"{registration.path}: claims.{number}.rules has no {', '.join(missing)}; expected "
+                                    f"the rules {', '.join(claim.rules)}")
 
 
 def exploratory(evidence: Evidence, registration: Registration) -> Pass:

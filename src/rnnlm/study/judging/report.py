@@ -1,4 +1,4 @@
-"""`report`: the study's tables, figure and summaries, built from the folders in `reports/study/` alone.
+"""`report`: the study's tables, figure and summaries, built from the folders in `reports/study/`.
 
 In:  the run folders (`rnnlm.study.folders.load_runs`: every seed of every model, and
      the quick runs) and the model names of params.yaml (their order, and which have no run yet).
@@ -17,8 +17,9 @@ previous outputs as they were; a kill between two renames is mended by running i
                             metrics file
   README.md                 the summary table and one verdict line per claim, between its markers
 
-Nothing but the folders and params.yaml is read (no experiment, no DVC), so any clone rebuilds the
-same bytes.
+Nothing but the folders, params.yaml and git is read (no experiment, no DVC): git says which rules
+are registered and which runs were trained after them (`rnnlm.study.registration`), so any clone
+with the history rebuilds the same bytes; outside a git repository the report refuses.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from rnnlm.params import load_params
 from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.figure import write_figure
-from rnnlm.study.judging.findings import Pass, confirmatory, exploratory, findings_record
+from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record
 from rnnlm.study.judging.findings_markdown import findings_markdown, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
-from rnnlm.study.registration import Registration, RegistrationError, current_registration
+from rnnlm.study.registration import (Registration, RegistrationError, current_registration, repository_of,
+                                      trained_after)
 from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
 
 
@@ -240,27 +242,22 @@ def other_tokenizers(frame: pd.DataFrame) -> dict[tuple[str, int], str]:
             and int(r.val_tokens) != usual}
 
 
-def confirmatory_runs(runs: list[StudyRun], registration: Registration) -> frozenset[tuple[str, int]]:
-    """The runs of a seed the registration names whose provenance says (from git, at collect) that
-    their code descends from the commit that sealed it."""
-    def confirmed(run: StudyRun) -> bool:
-        record = run.provenance.get("registration") or {}
-        return (run.seed in registration.seeds and registration.sealed_by is not None
-                and record.get("commit") == registration.sealed_by and record.get("code_descends") is True)
-
-    return frozenset((r.model, r.seed) for r in runs if confirmed(r))
+def confirmatory_runs(runs: list[StudyRun], registration: Registration, repo: Path) -> frozenset[tuple[str, int]]:
+    """The runs of a seed the registration names whose code git shows descends from the commit that
+    added it (`trained_after`: the provenance's commit, never its own say)."""
+    return frozenset((r.model, r.seed) for r in runs
+                     if trained_after(repo, registration, r.seed, r.provenance, r.folder / "provenance.json"))
 
 
 def read_runs(runs: list[StudyRun], frame: pd.DataFrame, study_dir: Path) -> Reading:
-    """The registration of `study_dir`, each run's reading, and both passes (the folders alone)."""
+    """The registration of `study_dir` and which runs came after it (from git), each run's reading,
+    and both passes."""
     try:
         registration = current_registration(study_dir)
+        check_claims(registration)
+        confirmed = confirmatory_runs(runs, registration, repository_of(study_dir))
     except RegistrationError as error:
         raise StudyReportError(str(error)) from None
-    note = "" if registration.sealed_by else (
-        f"Not judged: {registration.path.name} is not sealed yet (`python -m rnnlm.study register --seal`), so no run "
-        "can be shown to have been trained after it.")
-    confirmed = confirmatory_runs(runs, registration)
     left_out = other_tokenizers(frame)
     sampling = TextSampling(registration.replicates, registration.generator_seed)
     everything = Evidence(frame, epochs_frame(runs), {r.model: r.shape for r in runs},
@@ -271,8 +268,7 @@ def read_runs(runs: list[StudyRun], frame: pd.DataFrame, study_dir: Path) -> Rea
     chosen = usable.where(pd.Series([(m, int(s)) in confirmed for m, s in zip(usable.frame["model"],
                                                                               usable.frame["seed"])],
                                      index=usable.frame.index))
-    if not note and chosen.frame.empty:
-        note = "No confirmatory run collected yet."
+    note = "No confirmatory run collected yet." if chosen.frame.empty else ""
     return Reading(registration, confirmed, left_out, [first, confirmatory(chosen, registration, first, note)])
 
 

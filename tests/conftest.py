@@ -348,3 +348,9 @@ def pytest_collection_modifyitems(config, items):
 def study_cli(in_process):
     """`study_cli(repo, *args)`: `python -m rnnlm.study ARGS` in `repo`, run in this process."""
     return lambda repo, *args: in_process(["-m", "rnnlm.study", *args], repo)
+
+
+def shallow_clone() -> bool:
+    """Whether this checkout lacks git's whole history (what the study's reading of the registration needs)."""
+    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO_ROOT, capture_output=True, text=True)
+    return done.returncode != 0 or done.stdout.strip() != "false"

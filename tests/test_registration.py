@@ -12,7 +12,7 @@ import pytest
 
 from rnnlm.study.registration import (RegistrationError, current_registration, descends_from, load_registration,
                                       registering_commit, seal, write_registration)
-from tests.conftest import REPO_ROOT, run
+from tests.conftest import REPO_ROOT, run, shallow_clone
 
 STUDY = REPO_ROOT / "reports/study"
 
@@ -135,12 +135,7 @@ def test_a_malformed_registration_is_one_line(tmp_path, edit, why):
         load_registration(path)
 
 
-def _shallow() -> bool:
-    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO_ROOT, capture_output=True, text=True)
-    return done.returncode != 0 or done.stdout.strip() != "false"
-
-
-@pytest.mark.skipif(_shallow(), reason="needs the repository's whole git history")
+@pytest.mark.skipif(shallow_clone(), reason="needs the repository's whole git history")
 def test_this_repositorys_registration_is_sealed_and_its_confirmatory_runs_descend_from_it():
     """sealed.tsv names the commit that added the registration (whose bytes are unchanged since),
     and what each run folder's provenance says of its code, collect read from git: a test holds both

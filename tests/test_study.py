@@ -16,7 +16,7 @@ from rnnlm.errors import RnnlmError
 from rnnlm.study.campaign import collect as study_collect
 from rnnlm.study.judging import report as study_report
 from rnnlm.study.folders import StudyFolderError, load_run
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, shallow_clone
 from tests.study_repo import experiment, git, new_repo, study_params
 
 
@@ -78,6 +78,7 @@ def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
     assert not (tmp_path / "s.md").exists()
 
 
+@pytest.mark.skipif(shallow_clone(), reason="needs the repository's whole git history (the registration's commit)")
 def test_a_fresh_clone_rebuilds_the_committed_study_byte_for_byte(tmp_path):
     """What `python -m rnnlm.study report` gives in a fresh clone: the committed study.md, study.png,
     runs.csv, summary.csv, summary.json and the README's block, from the folders alone."""

@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -290,3 +291,17 @@ def test_collect_says_when_it_takes_a_run_of_another_tokenizer(tmp_path):
         "scribe seed 3: another tokenizer (49,939 validation pieces against 49,634): marked and left out of the "
         "study's claims"]
 
+
+
+def test_a_run_of_another_tokenizer_is_left_out_of_every_summary_of_the_committed_study():
+    """One tokenizer per model, everywhere: the runs the claims leave out (scribe_gamma seeds 1 and 2,
+    tokenized by another SentencePiece) are not counted in summary.csv or summary.json either."""
+    study = Path(__file__).resolve().parents[1] / "reports/study"
+    runs = pd.read_csv(study / "runs.csv")
+    left_out = study_report.other_tokenizers(runs)
+    assert ("scribe_gamma", 1) in left_out and ("scribe_gamma", 2) in left_out
+    kept = runs[[(m, int(s)) not in left_out for m, s in zip(runs["model"], runs["seed"])]]
+    summary = json.loads((study / "summary.json").read_text())
+    assert {m: summary[m]["seeds"] for m in summary} == kept.groupby("model").size().to_dict()
+    frame = pd.read_csv(study / "summary.csv")
+    assert frame.loc[(frame["model"] == "scribe_gamma") & (frame["figure"] == "gap_bpc"), "n"].tolist() == [1]

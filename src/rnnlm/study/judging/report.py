@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,11 +97,14 @@ SUMMARY_HEADER = table_head(["model (samples)", "tokens", "params", "seeds", "tr
 
 
 def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, models: list[str],
-                  base: Path) -> list[str]:
+                  base: Path, left_out: Collection[tuple[str, int]] = ()) -> list[str]:
     """One row per model in the order of `runs` (`in_study_order`), each figure mean ± half-width;
     the models of `models` without a full-scale run listed after them with dashes. The name links to
-    the samples of the model's first run (its pinned seed's, where there is one)."""
-    full = [r for r in runs if not r.quick]
+    the samples of the model's first run (its pinned seed's, where there is one). The runs of
+    `left_out` (model, seed) are not counted (another tokenizer)."""
+    keep = [(m, int(s)) not in left_out for m, s in zip(frame["model"], frame["seed"])]
+    frame = frame[pd.Series(keep, index=frame.index, dtype=bool)]
+    full = [r for r in runs if not r.quick and (r.model, r.seed) not in left_out]
     present = list(dict.fromkeys(frame["model"]))
     lines = list(SUMMARY_HEADER)
     for model in present:
@@ -165,7 +169,7 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, rea
         "",
         "## Full scale",
         "",
-        *summary_table(runs, frame, summary, models, base),
+        *summary_table(runs, frame, summary, models, base, reading.other_tokenizer),
         "",
         *findings_markdown(reading.passes, reading.registration, reading.registration.sealed_by),
         "## Every run",
@@ -205,7 +209,7 @@ def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
     link = Path(os.path.relpath(markdown, readme.parent)).as_posix()
-    block = [*summary_table(runs, frame, summary, models, readme.parent), "",
+    block = [*summary_table(runs, frame, summary, models, readme.parent, reading.other_tokenizer), "",
              "The study's claims, as the numbers judge them against the spread over seeds (exploratory, every run;",
              "then confirmatory, the seeds trained after the rules were registered):", "",
              *verdict_lines(reading.passes, link)]
@@ -281,14 +285,17 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
     if not runs:
         raise StudyReportError(f"{study_dir}: no study folders; run `python -m rnnlm.study collect` first")
     frame = runs_frame(runs)
-    summary_rows = summary_frame(frame)
-    summary = Summary(summary_rows)
     full = [r for r in runs if not r.quick]
     reading = read_runs(full, frame, study_dir)
+    # One tokenizer per model everywhere: a run the claims leave out is left out of every summary too
+    # (the table of every run lists it, saying why).
+    kept = [r for r in runs if r.quick or (r.model, r.seed) not in reading.other_tokenizer]
+    summary_rows = summary_frame(runs_frame(kept))
+    summary = Summary(summary_rows)
     with AtomicFiles() as out:
         out.path(markdown).write_text(to_markdown(runs, frame, summary, reading, models, study_dir, markdown,
                                                   figure.name), encoding="utf-8")
-        write_figure(runs, summary_rows, out.path(figure))
+        write_figure(kept, summary_rows, out.path(figure))
         out.path(study_dir / "runs.csv").write_text(csv_text(frame), encoding="utf-8")
         out.path(study_dir / "summary.csv").write_text(csv_text(summary_rows), encoding="utf-8")
         out.path(study_dir / "summary.json").write_text(summary_json(summary_rows), encoding="utf-8")

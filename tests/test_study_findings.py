@@ -7,6 +7,7 @@ study's transcribed logs against the study's own notebook where it is at hand.""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import statistics
@@ -426,3 +427,37 @@ def test_the_sentences_read_their_numbers_from_the_tables_objects():
     extra = "\n".join(claim(6, frame6, epochs).judged.extra)
     noise = lc.one_batch_noise(Evidence(frame6, epochs, {"astra_alpha": SHAPES["alpha"]}))
     assert f"the band of ±0.05 nats is {0.05 / noise.sd:.1f} one-batch spreads" in extra
+
+
+def test_the_committed_study_opens_with_its_verdicts_and_says_what_each_rests_on():
+    """study.md opens with one row per claim whose verdicts are findings.json's; a verdict with rows
+    waiting says so in the data (complete: false) and names each judged row with its verdict; rows
+    beyond the registered ones are marked, and every claim's form is dated against its data."""
+    study = REPO_ROOT / "reports/study"
+    text = (REPO_ROOT / "reports/study.md").read_text()
+    record = json.loads((study / "findings.json").read_text())
+    glance = text[:text.index("## Full scale")]
+    assert text.startswith("# The study") and "## At a glance" in glance
+    rows = [line for line in glance.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == len(REGISTRATION.claims) == 7
+    for number, row in enumerate(rows, start=1):
+        claim = record[f"claim_{number}"]
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        judged = claim["confirmatory"]["rows_judged"]
+        assert cells[1:4] == [claim["form"], claim["exploratory"]["verdict"],
+                              claim["confirmatory"]["verdict"] if judged else "none yet"], row
+        confirmed = claim["confirmatory"]
+        assert confirmed["complete"] == (confirmed["rows_waiting"] == 0)
+        assert judged == sum(c["n"] > 0 and c["verdict"] != "not measured yet" for c in confirmed["comparisons"])
+        if judged and not confirmed["complete"]:  # the verdict line names each judged row and its verdict
+            line = next(x for x in text.splitlines() if x.startswith(f"**Exploratory verdict") and
+                        text.index(x) > text.index(f"### {number}."))
+            for c in confirmed["comparisons"]:
+                assert f"{c['comparison'].rsplit(' (', 1)[0]} — {c['verdict']}" in line, (number, c["comparison"])
+    marked = {c["comparison"].split(":")[0]: c["registered_row"] for c in record["claim_1"]["exploratory"]["comparisons"]}
+    assert marked == {"astra_alpha": True, "astra_beta": True, "astra_gamma": False, "scribe_alpha": True,
+                      "scribe_beta": True, "scribe_gamma": False}  # confirmatory_rows of claim 1
+    assert not any(c["registered_row"] for c in record["claim_7"]["exploratory"]["comparisons"])  # it names none
+    assert "**A deviation from `registration-1.yaml`, stated.**" in text
+    assert text.count("was first fixed by this registration (766a684, 2026-11-26), after its data was committed") == 7
+    assert "The exploratory pass pools every run, the confirmatory seeds" in text

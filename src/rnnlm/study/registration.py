@@ -83,6 +83,11 @@ class RegisteredClaim:
     def rule(self, name: str) -> RegisteredRule:
         return self.rules[name]
 
+    def registers_row(self, models: tuple[str, ...]) -> bool:
+        """Whether the row of `models` (a model, or two set against each other) is one the claim names
+        for its confirmatory pass (`confirmatory_rows`)."""
+        return any(set(row.split(" − ")) == set(models) for row in self.confirmatory_rows)
+
 
 @dataclass(frozen=True)
 class Registration:
@@ -98,7 +103,8 @@ class Registration:
     generator_seed: int
     claims: dict[int, RegisteredClaim]
     raw: dict[str, Any]
-    sealed_by: str | None = None  # the commit that added the file, as sealed.tsv records it
+    sealed_by: str | None = None  # the commit that added the file (git's, which sealed.tsv must record)
+    sealed_date: str | None = None  # that commit's date
 
     def claim(self, number: int) -> RegisteredClaim:
         return self.claims[number]
@@ -295,7 +301,7 @@ def current_registration(study_dir: Path) -> Registration:
             raise RegistrationError(f"{study_dir / SEALED}: records {path.name} as {record[0][:12]} added by "
                                     f"{record[1][:12]}, but git holds {registration.sha256[:12]} added by {commit[:12]}; "
                                     "a registration is sealed once, by the commit that added it, and never edited")
-        registration = dataclasses.replace(registration, sealed_by=commit)
+        registration = dataclasses.replace(registration, sealed_by=commit, sealed_date=_when(repo, commit)["date"])
     return registration
 
 

@@ -138,7 +138,7 @@ def confirmatory(evidence: Evidence, registration: Registration, exploratory_pas
 
 # ----- the record ---------------------------------------------------------------------------------
 
-def _comparison_record(c: Comparison) -> dict[str, object]:
+def _comparison_record(c: Comparison, registered: bool) -> dict[str, object]:
     finite = c.measured
     exact = c.exact() if finite else None
     return {"comparison": c.label, "rule": c.rule.sentence(),
@@ -157,12 +157,16 @@ def _comparison_record(c: Comparison) -> dict[str, object]:
             "text_high": None if c.text is None else rounded(c.text.high),
             "text_wider": None if c.text is None else rounded(c.text.wider),
             "seeds_to_decide": c.needed,
+            "registered_row": registered,
             "grid": {f"{edge:g}": str(v) for edge, v in c.grid}}
 
 
 def _pass_record(finding: Finding) -> dict[str, object]:
+    judged = sum(c.measured for c in finding.comparisons)
     return {"verdict": str(finding.verdict), "verdict_code": finding.verdict.code,
-            "comparisons": [_comparison_record(c) for c in finding.comparisons],
+            "rows_judged": judged, "rows_waiting": len(finding.waiting), "complete": not finding.waiting,
+            "comparisons": [_comparison_record(c, finding.registered.registers_row(c.models))
+                            for c in finding.comparisons],
             "waiting": {label: why for label, why in finding.waiting},
             "sensitivity": {name: {f"{edge:g}": str(v) for edge, v in grid} for name, grid in finding.sensitivity.items()},
             **finding.judged.record}

@@ -116,11 +116,16 @@ def _rows_by_verdict(finding: Finding) -> str:
     return "; ".join(f"{w}: {', '.join(groups[w])}" for w in order if w in groups)
 
 
+def _row_name(label: str) -> str:
+    """A row's label without its unit ("gap: astra_beta − astra_alpha")."""
+    return re.sub(r" \([^)]*\)$", "", label)
+
+
 def _waiting(finding: Finding) -> str:
     """The rows a pass cannot judge yet, grouped by what they wait for."""
     groups: dict[str, list[str]] = {}
     for label, why in finding.waiting:
-        groups.setdefault(why, []).append(re.sub(r" \([^)]*\)$", "", label))
+        groups.setdefault(why, []).append(_row_name(label))
     return "; ".join(f"{why}: {', '.join(labels)}" for why, labels in groups.items())
 
 
@@ -134,9 +139,21 @@ def history_note(registration: Registration, number: int) -> str:
     when = (f"rule first set {first['date'][:10]} ({first['commit'][:7]})" +
             (f", last changed {last['date'][:10]} ({last['commit'][:7]})" if len(rules) > 1 else ""))
     before = last["date"] < data["date"]
-    return (f"{when}; its data first committed {data['date'][:10]} ({data['commit'][:7]}): "
-            + ("the rule was fixed before its data existed" if before else
+    note = (f"{when}; its data first committed {data['date'][:10]} ({data['commit'][:7]}): "
+            + ("the rule's edges were fixed before its data existed" if before else
                "the rule was set with data in view, so this reading is exploratory"))
+    if registration.sealed_by and registration.sealed_date and data["date"] < registration.sealed_date:
+        note += (f"; its form (*{registration.claim(number).form}*) was first fixed by this registration "
+                 f"({registration.sealed_by[:7]}, {registration.sealed_date[:10]}), after its data was committed, so "
+                 "the form too was chosen with data in view")
+    return note
+
+
+def judged_rows(finding: Finding) -> str:
+    """The rows a pass judged, each with its verdict, and how many wait: what a verdict on part of
+    its rows rests on ("gap: astra_beta − astra_alpha — supported, gap: scribe_beta − scribe_alpha — contradicted")."""
+    rows = ", ".join(f"{_row_name(c.label)} — {c.verdict}" for c in finding.comparisons if c.measured)
+    return f"{rows}; {len(finding.waiting)} waiting"
 
 
 def _verdict_line(finding: Finding, one_pass: Pass) -> str:
@@ -145,8 +162,21 @@ def _verdict_line(finding: Finding, one_pass: Pass) -> str:
         return f"**{one_pass.name.capitalize()} verdict: none yet** (no row judged)."
     scope = ""
     if one_pass.name == CONFIRMATORY and finding.waiting:
-        scope = f" on the {len(rows)} row{'s' if len(rows) != 1 else ''} judged ({len(finding.waiting)} waiting)"
+        scope = f" on the {len(rows)} row{'s' if len(rows) != 1 else ''} judged ({judged_rows(finding)})"
     return f"**{one_pass.name.capitalize()} verdict: {finding.verdict}**{scope}."
+
+
+def _deviation(passes: list[Pass], registration: Registration) -> list[str]:
+    """The one way this report departs from the registration as written, said where it applies."""
+    beyond = beyond_registration(passes)
+    if not beyond:
+        return []
+    return [f"**A deviation from `{registration.path.name}`, stated.** Each claim lists the rows its confirmatory pass",
+            "judges (`confirmatory_rows`) and the registration names the models whose confirmatory seeds it expected first",
+            "(`confirmatory.models`), noting that the large and the carried models' seeds would come later. This report",
+            "judges their rows in the confirmatory pass too, as those seeds arrive, in the same Holm family as the",
+            "registered rows (a larger family only raises the registered rows' deciding p). The rows beyond the",
+            f"registered ones: {'; '.join(beyond)}. findings.json marks each row (`registered_row`).", ""]
 
 
 def findings_markdown(passes: list[Pass], registration: Registration, registered_by: str | None) -> list[str]:
@@ -161,7 +191,10 @@ def findings_markdown(passes: list[Pass], registration: Registration, registered
              "(each claim says when). *Confirmatory*: only the seeds the registration names "
              f"({', '.join(str(s) for s in registration.seeds)}), trained",
              "on code that descends from the registering commit; a row is judged once each of its models has "
-             f"{registration.at_least} such seeds.", "",
+             f"{registration.at_least} such seeds. The exploratory pass pools every run, the confirmatory seeds",
+             "included, so the two passes share those runs and are not independent: the confirmatory pass alone",
+             "tests the registered rules on data they were not set beside.", "",
+             *_deviation(passes, registration),
              "Every comparison has a 95% interval over seeds (Student's t over one model's seeds, paired per run when",
              "both figures come from the same weights, Welch's between two models), the one-sided p of the claimed",
              "direction and the deciding p: its directional test after Holm's step-down over the claim's rows (a",
@@ -214,5 +247,44 @@ def _short(finding: Finding) -> str:
     rows = sum(c.measured for c in finding.comparisons)
     if not rows:
         return "no rows judged yet"
-    return f"{finding.verdict}" + (f" on {rows} of {rows + len(finding.waiting)} rows" if finding.waiting else "")
+    return f"{finding.verdict}" + (f" ({judged_rows(finding)})" if finding.waiting else "")
+
+
+def replicated(exploratory_finding: Finding, confirmatory_finding: Finding) -> str:
+    """Whether the confirmatory pass reads as the exploratory one: yes or no where it is decided,
+    else why not."""
+    if not any(c.measured for c in confirmatory_finding.comparisons):
+        return "not yet"
+    verdict, before = confirmatory_finding.verdict, exploratory_finding.verdict
+    if not verdict.decided:
+        return f"undecided ({verdict})"
+    if not before.decided:
+        return f"nothing to replicate (exploratory {before})"
+    return "yes" if verdict == before else "no"
+
+
+def glance_table(passes: list[Pass]) -> list[str]:
+    """The study at a glance: per claim its words, form, the verdict of each pass, whether the
+    confirmatory pass replicates the exploratory one, and the rows it still waits for."""
+    first, second = passes
+    lines = table_head(["claim", "form", "exploratory", "confirmatory", "replicated", "rows still waiting"],
+                       "llllll")
+    for explored, confirmed in zip(first.findings, second.findings):
+        judged = [c for c in confirmed.comparisons if c.measured]
+        lines.append(f"| {explored.number}. {explored.registered.text} | {explored.registered.form} "
+                     f"| {explored.verdict} | {confirmed.verdict if judged else 'none yet'} "
+                     f"| {replicated(explored, confirmed)} | {_waiting(confirmed) or '—'} |")
+    return lines
+
+
+def beyond_registration(passes: list[Pass]) -> list[str]:
+    """Per claim, the rows the confirmatory pass judges (or waits for) that the registration does not
+    name among its `confirmatory_rows`, as short names."""
+    lines = []
+    for finding in passes[0].findings:
+        names = short_names(finding)
+        beyond = [names[c.label] for c in finding.comparisons if not finding.registered.registers_row(c.models)]
+        if beyond:
+            lines.append(f"claim {finding.number}: {', '.join(beyond)}")
+    return lines
 

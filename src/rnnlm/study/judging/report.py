@@ -40,7 +40,7 @@ from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.figure import write_figure
 from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record
-from rnnlm.study.judging.findings_markdown import findings_markdown, verdict_lines
+from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table, verdict_lines
 from rnnlm.study.folders import StudyRun, in_study_order, load_runs
 from rnnlm.study.registration import (Registration, RegistrationError, current_registration, repository_of,
                                       trained_after)
@@ -153,6 +153,15 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, rea
     lines = [
         "# The study: every model, both inference modes, over seeds",
         "",
+        "## At a glance",
+        "",
+        "Each claim of the study, judged by its registered rules on every run (exploratory) and on the seeds",
+        "trained after the rules were registered (confirmatory); the detail is under [Findings](#findings).",
+        "",
+        *glance_table(reading.passes),
+        "",
+        "## Full scale",
+        "",
         "Bits per character on the validation split. Stateless: the state is reset before every token;",
         "stateful: carried through the whole split; gap: stateless − stateful. Bigram: a count-based bigram of",
         "the model's own tokens, the best a model that sees one token can hope for. Context horizon: the fewest",
@@ -166,8 +175,6 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, rea
         f"Built by `python -m rnnlm.study report` from the folders in `{folder}/` beside this file (one per",
         "model and seed, each with the provenance of its run), which `python -m rnnlm.study collect` fills;",
         f"`{folder}/runs.csv` holds every run's figures and `{folder}/summary.csv` every model's intervals.",
-        "",
-        "## Full scale",
         "",
         *summary_table(runs, frame, summary, models, base, reading.other_tokenizer),
         "",

@@ -187,3 +187,23 @@ def test_the_study_plots_draw_every_model_with_a_study_folder():
     for name, spec in plots.items():
         drawn = sorted(path.split("/")[2] for path in spec["y"])
         assert drawn == models, name
+
+
+def test_the_committed_lock_is_the_lock_of_this_tree():
+    """dvc.lock records what each stage last ran on: every dep and output git tracks (code, params,
+    the metrics kept in git) must still be what the lock says, so that a fresh clone's `dvc status`
+    reports only outputs not in its cache, and the committed metrics are those of the committed code.
+    A change to a stage's code or params without `dvc repro` of the default model fails here."""
+    done = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=REPO_ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.split())
+    stale = {}
+    for stage, changes in json.loads(done.stdout or "{}").items():
+        for change in changes:
+            for kind in ("changed deps", "changed outs") if isinstance(change, dict) else ():
+                for path, how in change.get(kind, {}).items():
+                    is_tracked = path in tracked or any(name.startswith(f"{path}/") for name in tracked)
+                    if is_tracked and how != "not in cache":
+                        stale.setdefault(stage, []).append(f"{path}: {how}")
+    assert stale == {}, f"dvc.lock is stale (run `dvc repro` and commit dvc.lock): {stale}"

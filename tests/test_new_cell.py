@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.data.tokenizers import CharTokenizer
@@ -22,6 +23,7 @@ from rnnlm.inference.generation_run import run_generations
 from rnnlm.training.train import train
 from tests.conftest import synthetic_play
 from rnnlm.models.cells import CELLS
+from rnnlm.models.cells.base import CellContractError
 from tests.softsign_cell import SPEC as SOFTSIGN
 
 
@@ -72,3 +74,43 @@ def test_the_worked_examples_are_their_maths_in_a_few_lines(name):
     assert len(code) + 1 < 40, len(code)
     assert not Path(module.__file__).with_suffix(".cpp").exists()
     assert f"models/cells/{name}.py" in (Path(__file__).parents[1] / "docs/layout.md").read_text()
+
+
+class _Replaced(SOFTSIGN.layer.cell_class):
+    """Replaces its declared weight_hh after building it: a parameter count of another shape."""
+
+    def __init__(self, input_size, hidden_size):
+        super().__init__(input_size, hidden_size)
+        self.weight_hh = torch.nn.Parameter(torch.zeros(hidden_size, 2 * hidden_size))
+
+
+class _Extra(SOFTSIGN.layer.cell_class):
+    """Adds a parameter it never declares."""
+
+    def __init__(self, input_size, hidden_size):
+        super().__init__(input_size, hidden_size)
+        self.gain = torch.nn.Parameter(torch.ones(hidden_size))
+
+
+class _Vector(SOFTSIGN.layer.cell_class):
+    """Says its recurrence is a vector but declares (and builds) a matrix."""
+
+    recurrence = "vector"
+
+    @classmethod
+    def parameter_shapes(cls, input_size, hidden_size):
+        return {"weight_ih": (hidden_size, input_size), "bias_ih": (hidden_size,),
+                "weight_hh": (hidden_size, hidden_size)}
+
+
+@pytest.mark.parametrize("cell, message", [
+    (_Replaced, r"^_Replaced.weight_hh: built as \(16, 32\), declared as \(16, 16\) by parameter_shapes; expected a "
+                r"cell whose __init__ leaves exactly the parameters it declares$"),
+    (_Extra, r"^_Extra.gain: built as \(16,\), not declared by parameter_shapes"),
+    (_Vector, r"^_Vector.weight_hh: of shape \(16, 16\), but recurrence 'vector' with 1 gates of 16 units reads "
+              r"\(16,\); expected them to agree$"),
+], ids=["a parameter replaced", "a parameter undeclared", "a recurrence that is not its weight's"])
+def test_a_cell_that_breaks_its_declared_shapes_is_refused_when_built(cell, message):
+    layer = type("Layer", (SOFTSIGN.layer,), {"cell_class": cell})
+    with pytest.raises(CellContractError, match=message):
+        layer(8, 16)

@@ -39,7 +39,7 @@ from rnnlm.compute import backend  # noqa: E402
 from rnnlm.evaluation.context import MIN_WINDOWS, batch_tokens_for, context_nll  # noqa: E402
 from rnnlm.evaluation.scoring import full_precision  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.kinds import LanguageModel, model_from_config  # noqa: E402
+from rnnlm.models.kinds import LanguageModel, build_model  # noqa: E402
 
 from timing import machine, machine_line, measure_limit, model_configs, side_by_side, write_report  # noqa: E402
 
@@ -78,7 +78,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], float]:
     rows = []
     for name, config in model_configs("params.yaml", args.models, args.shrink).items():
         torch.manual_seed(0)
-        model = model_from_config(config).eval()
+        model = build_model(config).eval()
         ids = torch.randint(0, config.vocab_size, (max(args.lengths) + TARGETS * 8,),
                             generator=torch.Generator().manual_seed(1))
         for c in args.lengths:

@@ -41,7 +41,7 @@ def _vocab(name: str) -> int:
 
 @pytest.mark.parametrize(("name", "count"), EXACT_COUNTS.items())
 def test_parameter_counts_are_exact(name, count):
-    assert count_parameters(build_model(PARAMS.models[name], _vocab(name))) == count
+    assert count_parameters(build_model(PARAMS.models[name].model_config(_vocab(name)))) == count
 
 
 @pytest.mark.parametrize("name", PARAMS.models)
@@ -50,14 +50,14 @@ def test_every_models_count_is_the_one_its_description_gives(name):
     built model's parameters are those its kind declares from the config (`parameter_count`, from
     each cell's `parameter_shapes`), and, where a count is written above, that count too."""
     config = PARAMS.models[name].model_config(_vocab(name))
-    built = count_parameters(build_model(PARAMS.models[name], _vocab(name)))
+    built = count_parameters(build_model(PARAMS.models[name].model_config(_vocab(name))))
     assert built == described_count(config) == EXACT_COUNTS.get(name, built)
 
 
 def test_no_pytorch_recurrent_modules_anywhere():
     forbidden = (nn.RNNBase, nn.GRUCell, nn.LSTMCell, nn.RNNCell)  # RNNBase covers RNN, GRU, LSTM
     for name in PARAMS.models:
-        model = build_model(PARAMS.models[name], _vocab(name))
+        model = build_model(PARAMS.models[name].model_config(_vocab(name)))
         assert not [m for m in model.modules() if isinstance(m, forbidden)], name
     # Python modules, and ATen's or libtorch's recurrent kernels in the C++ loops
     pattern = re.compile(r"nn(\.|::)(GRU|GRUCell|LSTM|LSTMCell|RNN|RNNCell)\b|at::(gru|lstm|rnn_tanh|rnn_relu|_thnn_fused)")
@@ -184,7 +184,7 @@ def test_state_of_the_wrong_depth_is_refused():
 
 
 def test_summary_lists_parameters_and_total():
-    text = summary(build_model(PARAMS.models["astra_alpha"], 65), "astra_alpha")
+    text = summary(build_model(PARAMS.models["astra_alpha"].model_config(65)), "astra_alpha")
     assert "total parameters: 86,913" in text
     assert "size: 0.33 MB as float32" in text
     assert "layers.0.cell.bias_rz" in text and "Embedding -> GRULayer -> Linear" in text

@@ -251,7 +251,7 @@ def test_training_is_bit_identical_to_a_loop_that_reads_every_loss(raw_params):
 
     entry, settings = params.models["astra_alpha"], params.train
     torch.manual_seed(params.seed)
-    model = build_model(entry, TOKENIZER.vocab_size)
+    model = build_model(entry.model_config(TOKENIZER.vocab_size))
     optimizer = make_optimizer(model, entry.lr, settings.weight_decay, torch.device("cpu"), graph=False)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)
     train_ids = torch.tensor(TOKENIZER.encode(SPLIT.train))
@@ -323,7 +323,7 @@ def test_the_optimizer_is_the_fused_adamw_on_the_cpu(raw_params):
     it computes AdamW's update as the default implementation does, to float32 rounding."""
     torch.manual_seed(0)
     entry = tiny_params(raw_params).models["astra_alpha"]
-    models = [build_model(entry, TOKENIZER.vocab_size) for _ in range(2)]
+    models = [build_model(entry.model_config(TOKENIZER.vocab_size)) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     fused = make_optimizer(models[0], 1e-2, 0.1, torch.device("cpu"), graph=False)
     plain = torch.optim.AdamW(models[1].parameters(), lr=1e-2, weight_decay=0.1)
@@ -351,7 +351,7 @@ def test_each_epoch_records_the_studys_one_batch_estimator(raw_params):
     batches = [draws.batches(1) for _ in result.history.epochs]  # each (1, B, T)
     recorded = [row["val_batch_loss"] for row in result.history.epochs]
     for epoch, weights in ((1, result.checkpoint.first_epoch_state), (3, result.checkpoint.model_state)):
-        model = build_model(params.models["astra_alpha"], TOKENIZER.vocab_size)
+        model = build_model(params.models["astra_alpha"].model_config(TOKENIZER.vocab_size))
         model.load_state_dict(weights)
         x, y = batches[epoch - 1]
         assert recorded[epoch - 1] == batch_nll(model, x[0], y[0])

@@ -8,7 +8,7 @@ import torch
 from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
 
-from rnnlm.models.kinds import build_model, count_parameters, model_from_config
+from rnnlm.models.kinds import build_model, count_parameters
 from rnnlm.params import load_params
 from rnnlm.models.window_mlp import WindowMLP
 from tests.conftest import REPO_ROOT
@@ -17,12 +17,12 @@ from tests.conftest import REPO_ROOT
 def _mlp(window: int = 4, layers: int = 2) -> WindowMLP:
     torch.manual_seed(0)
     config = ModelConfig("mlp", vocab_size=13, embd=5, hidden=16, layers=layers, window=window)
-    return model_from_config(config).double().eval()
+    return build_model(config).double().eval()
 
 
 def test_bengio_mlp_parameter_count_is_exact():
     params = load_params(REPO_ROOT / "params.yaml")
-    model = build_model(params.models["bengio_mlp"], 65)
+    model = build_model(params.models["bengio_mlp"].model_config(65))
     # (65 + 1 padding) x 24 embedding, (8 * 24) -> 256 tanh layer, 256 -> 65 output
     assert count_parameters(model) == 66 * 24 + (8 * 24 * 256 + 256) + (256 * 65 + 65) == 67_697
     assert isinstance(model, WindowMLP)

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab_size, source = _vocab_size(entry, params.tokenizer.vocab_size, prepared)
     try:
         with on_meta():
-            model = build_model(entry, vocab_size)
+            model = build_model(entry.model_config(vocab_size))
     except (RuntimeError, OverflowError) as error:
         raise ParamsError(f"models.{args.name}: a model of these sizes cannot be built ({str(error).splitlines()[0]}); "
                           "expected sizes whose weights can be counted") from None

@@ -25,7 +25,7 @@ import torch
 from rnnlm.atomic import write_bytes_atomic
 from rnnlm.errors import RnnlmError
 from rnnlm.models.config import ModelConfig
-from rnnlm.models.kinds import LanguageModel, model_from_config, on_meta
+from rnnlm.models.kinds import LanguageModel, build_model, on_meta
 from rnnlm.data.tokenizers import Tokenizer, tokenizer_from_state
 
 FORMAT = "rnnlm-checkpoint"
@@ -62,7 +62,7 @@ class Checkpoint:
         if weights is None:
             raise CheckpointError(f"this checkpoint of {self.model_name} does not keep the weights after epoch 1; "
                                   f"expected one written by the current train stage")
-        model = model_from_config(self.model_config)
+        model = build_model(self.model_config)
         try:
             model.load_state_dict(weights)
         except RuntimeError as error:
@@ -185,7 +185,7 @@ def _check_weights(path: Path, checkpoint: Checkpoint) -> None:
     device, which costs no memory whatever the config says) and finite; else one CheckpointError."""
     try:
         with on_meta():
-            expected = {k: tuple(v.shape) for k, v in model_from_config(checkpoint.model_config).state_dict().items()}
+            expected = {k: tuple(v.shape) for k, v in build_model(checkpoint.model_config).state_dict().items()}
     except (RnnlmError, ValueError, RuntimeError, TypeError, OverflowError) as error:
         raise CheckpointError(f"{path}: its model config cannot be built ({str(error).splitlines()[0]})") from None
     for name, state in (("weights", checkpoint.model_state), ("weights after epoch 1", checkpoint.first_epoch_state)):

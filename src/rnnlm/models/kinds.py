@@ -1,6 +1,6 @@
-"""Every kind of model, one line each, and the model a config or a params entry describes.
+"""Every kind of model, one line each, and the model a config describes.
 
-In:  a `ModelConfig` (or a params entry and a vocabulary size).
+In:  a `ModelConfig` (a params entry gives one: `ModelParams.model_config(vocab_size)`).
 Out: a new model with one interface, `forward(tokens (B, T), state=None, last_only=False) ->
      (logits (B, T, V), or (B, 1, V) for the last step alone, state)`, its `.config` and its `description()`; `summary(model, name)` describes any of them
      for people (`python -m rnnlm.describe NAME` prints it).
@@ -18,7 +18,6 @@ from torch import nn
 from rnnlm.models.config import RECURRENT, WINDOW_MLP, ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.models.window_mlp import WindowMLP
-from rnnlm.params import ModelParams
 
 MODELS = {RECURRENT: RecurrentLM, WINDOW_MLP: WindowMLP}
 """Each `ModelConfig.kind`'s model class."""
@@ -28,7 +27,7 @@ LanguageModel = Union[RecurrentLM, WindowMLP]
 and `.config`."""
 
 
-def model_from_config(config: ModelConfig) -> LanguageModel:
+def build_model(config: ModelConfig) -> LanguageModel:
     """A new model for `config`, of the class of its kind."""
     return MODELS[config.kind](config)
 
@@ -50,11 +49,6 @@ def on_meta() -> Iterator[None]:
             yield
     finally:
         torch.nn.init.normal_ = normal
-
-
-def build_model(model: ModelParams, vocab_size: int) -> LanguageModel:
-    """The model that the params entry `model` describes, for a vocabulary of `vocab_size`."""
-    return model_from_config(model.model_config(vocab_size))
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -254,8 +254,8 @@ def _shape_does_not_fit(run: StudyRun) -> str | None:
     except ParamsError:
         return None
     with on_meta():
-        at_one = count_parameters(build_model(entry, 1))
-        slope = count_parameters(build_model(entry, 2)) - at_one
+        at_one = count_parameters(build_model(entry.model_config(1)))
+        slope = count_parameters(build_model(entry.model_config(2))) - at_one
     vocab, rest = divmod(int(run.train["parameters"]) - (at_one - slope), slope)
     sentencepiece = (run.params.get("tokenizer") or {}).get("vocab_size") if entry.tokens == "sentencepiece" else None
     if rest or vocab < 1 or (sentencepiece is not None and vocab != sentencepiece):

@@ -279,7 +279,7 @@ def train(
     n_steps = steps_per_epoch(entry.steps_per_epoch, settings.steps_scale)
 
     torch.manual_seed(params.seed)  # weights and dropout masks
-    model = build_model(entry, tokenizer.vocab_size).to(device)
+    model = build_model(entry.model_config(tokenizer.vocab_size)).to(device)
     graph = replays_a_graph(settings.cuda_graph, device, carried)
     optimizer = make_optimizer(model, entry.lr, settings.weight_decay, device, graph)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=entry.epochs)

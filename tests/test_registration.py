@@ -125,14 +125,19 @@ def test_writing_a_registration_reads_its_history_from_git_and_never_overwrites(
         "a level in words", "a level above 1", "at_least in words", "history a list", "a rule_set in words",
         "a claim named in words", "its number in words"])
 def test_a_malformed_registration_is_one_line(tmp_path, edit, why):
+    with pytest.raises(RegistrationError, match=why):
+        load_registration(_edited(tmp_path, edit))
+
+
+def _edited(tmp_path: Path, edit) -> Path:
+    """The study's registration with `edit` applied to its fields, written to a file of its own."""
     import yaml
 
     raw = yaml.safe_load((STUDY / "registration-1.yaml").read_text())
     edit(raw)
     path = tmp_path / "registration-9.yaml"
     path.write_text(yaml.safe_dump(raw, allow_unicode=True))
-    with pytest.raises(RegistrationError, match=why):
-        load_registration(path)
+    return path
 
 
 @pytest.mark.skipif(shallow_clone(), reason="needs the repository's whole git history")
@@ -195,13 +200,7 @@ def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(rep
 ], ids=["a claim removed", "a rule renamed"])
 def test_a_registration_without_a_claim_or_rule_the_judging_reads_stops_the_report(tmp_path, edit, why):
     """Committed and sealed as it is (a new registration), it still cannot judge the study's claims."""
-    import yaml
-
     from rnnlm.study.judging.findings import check_claims
 
-    raw = yaml.safe_load((STUDY / "registration-1.yaml").read_text())
-    edit(raw)
-    path = tmp_path / "registration-2.yaml"
-    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
     with pytest.raises(RegistrationError, match=why):
-        check_claims(load_registration(path))
+        check_claims(load_registration(_edited(tmp_path, edit)))

@@ -435,3 +435,23 @@ def test_a_failed_build_is_named_by_the_build_time_benchmark(monkeypatch):
         a, 1, stdout="", stderr="ninja: build stopped\nError building extension 'x'\n"))
     with pytest.raises(RuntimeError, match=r"the build \(units apart\) failed: Error building extension 'x'"):
         build_time.build_once(False)
+
+
+def test_busy_neighbour_keeps_each_policys_share_and_says_when_bits_differ(monkeypatch):
+    """Each case against its own policy alone, medians over rounds, and the bits against the first run
+    alone (a stand-in training: what the benchmark makes of the figures, not the machine's speed)."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import busy_neighbour
+
+    rates = iter([100, 50, 40, 90, 80, 85, 110, 60, 30, 95, 70, 90])  # round by round: policy, then case
+    monkeypatch.setattr(busy_neighbour, "_one", lambda corpus, model, scale, code, policy: {
+        "tokens_per_second": next(rates), "threads": 2,
+        "weights_sha256": "other" if (policy, code) == ("PASSIVE", busy_neighbour.NEIGHBOURS["beside a numpy loop"])
+        else "same"})
+    report = busy_neighbour.measure(Path("corpus"), "astra_alpha", 0.1, 2, ["default", "passive"])
+    rows = {(r["policy"], r["neighbour"]): r for r in report["rows"]}
+    assert rows[("default", "beside a Python loop")]["kept"] == pytest.approx(55 / 105)
+    assert rows[("passive", "beside a numpy loop")]["kept"] == pytest.approx(87.5 / 92.5)
+    assert [r["same_bits"] for r in report["rows"]] == [True, True, True, True, True, False]
+    text = busy_neighbour.markdown({**report, "machine_line": "a CPU"})
+    assert "| passive | beside a numpy loop | 2 | 88 | 95% | no |" in text

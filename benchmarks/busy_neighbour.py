@@ -59,6 +59,7 @@ def _child(corpus: str, model: str, scale: float) -> None:
     from rnnlm.data.tokenizers import CharTokenizer
     from rnnlm.params import parse_params
     from rnnlm.params_base import read_yaml
+    from rnnlm.training.settings import run_settings
     from rnnlm.training.train import train
 
     threads.join()
@@ -67,7 +68,8 @@ def _child(corpus: str, model: str, scale: float) -> None:
     params["train"].update(steps_scale=scale, device="cpu")
     text = Path(corpus).read_text(encoding="utf-8")
     split = split_corpus(text, params["data"]["train_fraction"])
-    result = train(parse_params(params), model, CharTokenizer(character_vocabulary(text)), split.train, split.val,
+    tokenizer = CharTokenizer(character_vocabulary(text))
+    result = train(run_settings(parse_params(params), model, tokenizer.vocab_size), tokenizer, split.train, split.val,
                    progress=False)
     digest = hashlib.sha256()
     for name, tensor in sorted(result.checkpoint.model_state.items()):

@@ -14,13 +14,14 @@ from pathlib import Path
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
 from rnnlm.compute import threads
-from rnnlm.compute.device import device_for
 from rnnlm.command_line import RESUMES, command_args, run_main
 from rnnlm.scale import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory
-from rnnlm.params import load_params, training_settings
+from rnnlm.params import load_params
 from rnnlm.data.tokenizers import load_tokenizer
+from rnnlm.training.record import RunRecord
 from rnnlm.training.resume import resume_folder
+from rnnlm.training.settings import run_settings
 from rnnlm.training.train import train
 from rnnlm.reporting.training_report import clear_signal, signal_step, write_training_report
 from rnnlm.timing import StageClock
@@ -34,19 +35,19 @@ def main() -> None:
     params = load_params()
     name, entry = params.model, params.selected  # as generate and evaluate take it
     tokenizer = load_tokenizer(entry.tokens, prepared, tokenizer_dir)
+    run = run_settings(params, name, tokenizer.vocab_size)  # what the run reads of params.yaml, read once
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
-    val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), params.train.steps_scale)  # part of it: a quick run
-    request = f"training {name} (train.batch_size {params.train.batch_size}, train.seq_len {params.train.seq_len})"
-    device = device_for(training_settings(params, name))
+    val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), run.train.steps_scale)  # part of it: a quick run
+    request = f"training {name} (train.batch_size {run.train.batch_size}, train.seq_len {run.train.seq_len})"
 
     def live(progress) -> None:  # the figures so far, for `dvc exp show` and `study status` while it trains
         write_training_report(report_dir, name, progress)
         signal_step(len(progress.history.epochs))
 
-    with fits_in_memory(request, device):
+    record = RunRecord(resume_folder(resume_dir), clock=clock, on_progress=live)
+    with fits_in_memory(request, run.device):
         with clock.part("training, per-epoch validation included"):
-            result = train(params, name, tokenizer, train_text, val_text, resume_dir=resume_folder(resume_dir),
-                           clock=clock, device=device, on_progress=lambda progress: live(progress))
+            result = train(run, tokenizer, train_text, val_text, record)
     save_checkpoint(checkpoint, result.checkpoint)
     write_training_report(report_dir, name, result)  # the finished run's: no "finished": false
     clear_signal()

@@ -354,3 +354,14 @@ def shallow_clone() -> bool:
     """Whether this checkout lacks git's whole history (what the study's reading of the registration needs)."""
     done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO_ROOT, capture_output=True, text=True)
     return done.returncode != 0 or done.stdout.strip() != "false"
+
+
+def train_model(params, name, tokenizer, train_text, val_text, **record):
+    """`rnnlm.training.train.train` for the entry `name` of `params`, no progress bar; `record`: the
+    `RunRecord`'s options (resume_dir, save_every_s, on_progress, on_epoch_end)."""
+    from rnnlm.training.record import RunRecord
+    from rnnlm.training.settings import run_settings
+    from rnnlm.training.train import train
+
+    return train(run_settings(params, name, tokenizer.vocab_size), tokenizer, train_text, val_text,
+                 RunRecord(**record), progress=False)

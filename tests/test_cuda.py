@@ -24,9 +24,8 @@ from rnnlm.inference.decoding import Decoding
 from rnnlm.inference.generation import generate, make_generator
 from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
 from rnnlm.data.tokenizers import CharTokenizer
-from rnnlm.training.train import train
 from rnnlm.training.step import make_optimizer, make_training_step
-from tests.conftest import REPO_ROOT, synthetic_play, cell_configs
+from tests.conftest import REPO_ROOT, cell_configs, synthetic_play, train_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -143,8 +142,8 @@ def _cuda_params(raw_params, graph: bool, state: str = "reset"):
 def test_training_on_cuda_and_its_checkpoint_on_the_cpu(raw_params, tmp_path, state):
     """Eager and graphed training agree (a carried run is eager either way: a graph holds no state
     between replays), and the CUDA checkpoint scores on the CPU as on the GPU."""
-    results = {g: train(_cuda_params(copy.deepcopy(raw_params), g, state), "astra_beta", TOKENIZER, SPLIT.train,
-                        SPLIT.val, progress=False) for g in (False, True)}
+    results = {g: train_model(_cuda_params(copy.deepcopy(raw_params), g, state), "astra_beta", TOKENIZER, SPLIT.train,
+                              SPLIT.val) for g in (False, True)}
     eager, graph = ([r["train_loss"] for r in results[g].history.steps] for g in (False, True))
     assert len(graph) == 30 and graph == pytest.approx(eager, rel=1e-4)
     assert results[True].device == "cuda"
@@ -164,9 +163,9 @@ ONE_RUN = """
 import copy, sys, yaml
 from tests.conftest import REPO_ROOT
 from tests.test_cuda import TOKENIZER, SPLIT, _cuda_params
-from rnnlm.training.train import train
+from tests.conftest import train_model
 raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-result = train(_cuda_params(raw, True), "astra_beta", TOKENIZER, SPLIT.train, SPLIT.val, progress=False)
+result = train_model(_cuda_params(raw, True), "astra_beta", TOKENIZER, SPLIT.train, SPLIT.val)
 print("losses", " ".join(float(s["train_loss"]).hex() for s in result.history.steps))
 print("val", float(result.history.epochs[-1]["val_loss"]).hex())
 """

@@ -10,7 +10,7 @@ import torch
 
 from rnnlm.compute import cpu
 from rnnlm.compute.device import DeviceError, make_cuda_repeatable, resolve_device
-from rnnlm.training.train import processor_name
+from rnnlm.training.record import processor_name
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")

@@ -17,8 +17,7 @@ from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import TokenizerParams, parse_params
 from rnnlm.evaluation.scoring import streamed_token_nll
 from rnnlm.data.tokenizers import CharTokenizer, SentencePieceTokenizer, train_sentencepiece
-from rnnlm.training.train import train
-from tests.conftest import synthetic_play
+from tests.conftest import synthetic_play, train_model
 
 
 def copy_task(blocks: int, seed: int = 0) -> str:
@@ -43,7 +42,7 @@ def test_memory_beats_the_stateless_mode_on_a_copy_task(raw_params):
         {"embd": 8, "hidden": 32, "layers": 1, "dropout": 0.0, "epochs": 4, "steps_per_epoch": 100, "lr": 1e-2})
     raw_params["train"].update({"batch_size": 32, "seq_len": 32, "device": "cpu"})
     params = parse_params(raw_params)
-    result = train(params, "astra_alpha", tokenizer, split.train, split.val, progress=False)
+    result = train_model(params, "astra_alpha", tokenizer, split.train, split.val)
     model = result.checkpoint.build_model()
     val_ids = tokenizer.encode(split.val)
     chars = predicted_chars(tokenizer, split.val, val_ids)

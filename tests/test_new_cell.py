@@ -20,8 +20,7 @@ from rnnlm.inference.generation import generate, make_generator
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.params import parse_params
 from rnnlm.inference.generation_run import run_generations
-from rnnlm.training.train import train
-from tests.conftest import synthetic_play
+from tests.conftest import synthetic_play, train_model
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.base import CellContractError
 from tests.softsign_cell import SPEC as SOFTSIGN
@@ -38,7 +37,7 @@ def test_a_new_cell_trains_samples_and_is_evaluated(name, raw_params, tmp_path):
     raw_params["generate"].update({"max_new_tokens": 12, "prompts": ["ROMEO: "]})
     raw_params["evaluate"].update({"context_targets": 50, "context_lengths": [1, 4, 16], "reset_every": [1, 4, 16]})
     params = parse_params(raw_params)  # `cell:` accepts every registered cell
-    result = train(params, "astra_alpha", tokenizer, split.train, split.val, resume_dir=tmp_path, progress=False)
+    result = train_model(params, "astra_alpha", tokenizer, split.train, split.val, resume_dir=tmp_path)
     losses = [row["val_loss"] for row in result.history.epochs]
     assert result.checkpoint.model_config.cell == name and losses[-1] < math.log(tokenizer.vocab_size)
 

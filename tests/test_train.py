@@ -13,12 +13,15 @@ from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.models.kinds import build_model
 from rnnlm.training.resume import ResumeStore, read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
-from rnnlm.training.train import TrainingError, WindowSampler, steps_per_epoch, train, val_batch_seed
+from rnnlm.errors import TrainingError
+from rnnlm.training.samplers import WindowSampler, val_batch_seed
+from rnnlm.training.settings import run_settings, steps_per_epoch
+from rnnlm.training.train import train
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from rnnlm.compute import gemm_choice
 from rnnlm.reporting.training_report import training_summary
 from rnnlm.study.folders import StudyRun
-from tests.conftest import synthetic_play
+from tests.conftest import synthetic_play, train_model
 
 TEXT = synthetic_play(12_000)
 SPLIT = split_corpus(TEXT, 0.9)
@@ -32,8 +35,8 @@ def tiny_params(raw_params: dict, **entry) -> object:
     return parse_params(raw_params)
 
 
-def _train(params, **kwargs):
-    return train(params, "astra_alpha", TOKENIZER, SPLIT.train, SPLIT.val, progress=False, **kwargs)
+def _train(params, **record):
+    return train_model(params, "astra_alpha", TOKENIZER, SPLIT.train, SPLIT.val, **record)
 
 
 def _losses(result):
@@ -303,7 +306,8 @@ def test_losses_are_read_every_check_every_steps(raw_params, monkeypatch):
 
 
 def test_no_progress_bar_when_the_output_is_not_a_terminal(raw_params, capsys):
-    train(tiny_params(raw_params), "astra_alpha", TOKENIZER, SPLIT.train, SPLIT.val, progress=True)  # not a tty
+    params = tiny_params(raw_params)
+    train(run_settings(params, "astra_alpha", TOKENIZER.vocab_size), TOKENIZER, SPLIT.train, SPLIT.val)  # not a tty
     out, err = capsys.readouterr()
     assert "it/s" not in err and "%|" not in err
     assert [line.split(" | ")[0] for line in out.splitlines()] == [f"astra_alpha epoch {e:02d}/3" for e in (1, 2, 3)]

@@ -32,3 +32,7 @@ def no_space(error: OSError, what: object) -> RnnlmError:
     """The one-line error of a write to `what` that failed for want of space."""
     return RnnlmError(f"cannot write {what}: {error.strerror or 'no space left on device'}; free some space "
                       f"and run the same command again")
+
+
+class TrainingError(RnnlmError):
+    """Training cannot start or cannot go on (a split too short, a non-finite loss)."""

@@ -7,7 +7,7 @@ is unchanged. Below it, with s = steps_scale:
 
 - the validation text (per-epoch validation in training, and every measure of the evaluate stage)
   is its first s-th part, never less than `MIN_VALIDATION_CHARS` characters (nor more than the whole);
-- training saves its resume file every `save_every_s`, not after every epoch (`rnnlm.training.train`
+- training saves its resume file every `save_every_s`, not after every epoch (`rnnlm.training.record`
   asks `quick`);
 - the context curve scores s of `evaluate.context_targets` targets, never fewer than `MIN_TARGETS`
   (its lengths beyond the shorter text are left out, as for any short text).

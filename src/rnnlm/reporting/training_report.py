@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rnnlm.atomic import atomic_path, write_text_atomic
 from rnnlm.training.progress import Progress
-from rnnlm.training.train import TrainResult
+from rnnlm.training.record import TrainResult
 
 
 def _tsv(rows: list[dict[str, float]]) -> str:

@@ -1,6 +1,6 @@
 """Resume files: an interrupted training run's saved state, kept where its rerun finds it.
 
-In:  the state of a run (`rnnlm.training.train` builds it) and what identifies the run: its model,
+In:  the state of a run (`rnnlm.training.record` builds it) and what identifies the run: its model,
      seed and fingerprint (params, tokenizer and data) and its kind of device (CPU or CUDA); the
      processor and GEMM that write it are recorded, not part of the key.
 Out: one file per run in the resume folder, `<model>-<key>.pt`, written through a temporary file

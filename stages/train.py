@@ -23,7 +23,7 @@ from rnnlm.training.record import RunRecord
 from rnnlm.training.resume import resume_folder
 from rnnlm.training.settings import run_settings
 from rnnlm.training.train import train
-from rnnlm.reporting.training_report import clear_signal, signal_step, write_training_report
+from rnnlm.reporting.training_report import clear_signal, signal_new_figures, write_training_report
 from rnnlm.timing import StageClock
 
 
@@ -42,7 +42,7 @@ def main() -> None:
 
     def live(progress) -> None:  # the figures so far, for `dvc exp show` and `study status` while it trains
         write_training_report(report_dir, name, progress)
-        signal_step(len(progress.history.epochs))
+        signal_new_figures(len(progress.history.epochs))
 
     record = RunRecord(resume_folder(resume_dir), clock=clock, on_progress=live)
     with fits_in_memory(request, run.device):

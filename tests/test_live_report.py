@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rnnlm.reporting.training_report import SIGNAL, clear_signal, signal_step, training_summary, write_training_report
+from rnnlm.reporting.training_report import SIGNAL, clear_signal, signal_new_figures, training_summary, write_training_report
 from tests.test_train import Interrupted, _train, tiny_params
 
 
@@ -45,11 +45,11 @@ def test_a_report_before_the_first_epoch_ends_has_steps_and_no_losses(raw_params
 
 
 def test_the_signal_is_written_under_dvc_root_and_removed_at_the_end(tmp_path):
-    signal_step(3, environ={"DVC_ROOT": str(tmp_path)})
+    signal_new_figures(3, environ={"DVC_ROOT": str(tmp_path)})
     assert json.loads((tmp_path / SIGNAL).read_text())["step"] == 3
     clear_signal(environ={"DVC_ROOT": str(tmp_path)})
     assert not (tmp_path / SIGNAL).exists()
-    signal_step(1, environ={})  # outside a DVC run: nothing
+    signal_new_figures(1, environ={})  # outside a DVC run: nothing
     assert not (tmp_path / ".dvc").exists() or not (tmp_path / SIGNAL).exists()
 
 

@@ -10,10 +10,9 @@ code. `compiled()` builds or loads them once per process; which loops run where 
 `rnnlm.compute.backend`, not here.
 
 The build compiles the units as one translation unit (a generated file that includes them in
-order): nine tenths of a unit's compile time is parsing the same PyTorch headers, so from an empty
-cache the six units built apart took 111 s on two cores (211 s of CPU) and take 46 s as one (g++ 12,
-an idle 2-core AMD EPYC Zen 3: `benchmarks/build_time.py`, reports/speed/build-amd-epyc-avx2.md).
-With more cores than units, the units apart may finish sooner; the benchmark says. Any changed
+order): most of a unit's compile time is parsing the same PyTorch headers, so one unit builds in a
+fraction of the time the units take apart (`benchmarks/build_time.py` times both ways;
+reports/speed/build-*.md); with more cores than units, the units apart may finish sooner. Any changed
 source names a new build anyway (below), so ninja never had a single unit to recompile. The units
 keep their private code apart for it: each cell's in its own namespace (kernels.h says how).
 

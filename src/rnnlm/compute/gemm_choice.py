@@ -57,10 +57,9 @@ MIN_PARALLEL_STEP_MACS = 2**19
 """A per-step product of the compiled loops (a scan's hidden side, every product of the sampling
 step) with fewer multiply-adds runs on the calling thread, not the thread pool: the stateful pass and
 sampling at batch 1 of the small models, the scans of small batches. Below it a parallel region costs
-more than it saves (on an Intel Xeon with AVX-512: 0.86-0.91x at 2^15.6-2^17.6 multiply-adds, 1.2-1.35x
-at 2^19.6, `benchmarks/two_processes.py --crossover`), and where another process holds the other core,
-each region waits for a thread that is not running: two batch-1 stateful passes at once took minutes
-for what one does in a tenth of a second. The thread count changes the last bits of a product's sum
+more than it saves (where the pool starts to pay on a machine: `benchmarks/two_processes.py
+--crossover`, reports/speed/two-processes-*.md), and where another process holds the other core, each
+region waits for a thread that is not running (docs/study-runs.md). The thread count changes the last bits of a product's sum
 for some shapes, so this rule, like the GEMM's, depends on shapes alone: a run repeats itself bit for
 bit. The one place this number lives; the compiled code receives it with the GEMM choice."""
 

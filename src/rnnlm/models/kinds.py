@@ -37,7 +37,7 @@ def on_meta() -> Iterator[None]:
     """Models built inside are built on PyTorch's meta device: shapes and counts, no memory, whatever
     the sizes say. A meta tensor holds no values, so `torch.nn.init.normal_` (the embeddings' init)
     is skipped on it: on meta tensors PyTorch runs it through Python reference code that imports
-    TorchDynamo, 2.4 s of every process that checks a checkpoint's shapes (measured on 2 cores)."""
+    TorchDynamo, seconds of every process that only checks a checkpoint's shapes."""
     normal = torch.nn.init.normal_
 
     def normal_unless_meta(tensor: torch.Tensor, *args, **kwargs) -> torch.Tensor:

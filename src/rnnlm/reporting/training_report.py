@@ -85,9 +85,9 @@ SIGNAL = Path(".dvc/tmp/exps/run/DVCLIVE_STEP_COMPLETED")
 file DVCLive writes, under the repository DVC runs the experiment for: `$DVC_ROOT`)."""
 
 
-def signal_step(epoch: int, environ: Mapping[str, str] = os.environ) -> None:
-    """Tell DVC's VS Code extension that the run has new figures (step = epochs finished), as DVCLive
-    does; nothing outside a DVC run (no `DVC_ROOT`)."""
+def signal_new_figures(epoch: int, environ: Mapping[str, str] = os.environ) -> None:
+    """Tell DVC's VS Code extension that the run has new figures, as DVCLive does (its signal file's
+    `step` field, here the epochs finished); nothing outside a DVC run (no `DVC_ROOT`)."""
     root = environ.get("DVC_ROOT")
     if root:
         write_text_atomic(Path(root) / SIGNAL, json.dumps({"pid": os.getpid(), "step": epoch}, sort_keys=True))

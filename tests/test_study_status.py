@@ -126,6 +126,25 @@ def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch,
         worker.kill()
 
 
+def test_a_run_marked_running_before_its_process_record_is_written_is_starting_not_cut_off(monkeypatch, tmp_path):
+    """A worker marks its next run Running a moment before the run's process writes its record: with
+    a live worker that run is starting; with none, it was cut off."""
+    exps = tmp_path / ".dvc/tmp/exps"
+    starting = "6" * 40
+    monkeypatch.setattr(dvc_queue, "_entries", lambda repo: [{"rev": starting, "name": "next", "status": "Running"}])
+    assert [t.alive for t in dvc_queue.read(tmp_path).tasks] == [False]  # no worker: cut off
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "queue-worker"])
+    try:
+        (exps / "celery").mkdir(parents=True)
+        (exps / "celery/dvc-exp-worker-1.json").write_text(json.dumps({"pid": worker.pid, "returncode": None}))
+        assert [t.alive for t in dvc_queue.read(tmp_path).tasks] == [True]
+        (exps / "run" / starting).mkdir(parents=True)
+        (exps / "run" / starting / f"{starting}.json").write_text(json.dumps({"pid": 1, "returncode": 0}))
+        assert [t.alive for t in dvc_queue.read(tmp_path).tasks] == [False]  # it ran and ended
+    finally:
+        worker.kill()
+
+
 def test_the_queue_of_a_real_dvc_repository_is_read_by_dvc(tmp_path):
     """`_entries` is DVC's own reader: a queued experiment is listed by name, Queued, its process none."""
     root = tmp_path / "repo"

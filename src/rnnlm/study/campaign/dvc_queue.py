@@ -108,11 +108,11 @@ def read(repo: Path) -> QueueState:
     """The queue of the DVC repository at `repo`, asking nothing of its workers."""
     entries = _entries(repo)
     exps = repo / EXPS
-    tasks = [Task(entry["rev"], entry["name"] or entry["rev"][:7], entry["status"],
-                  entry["status"] == "Running" and _alive(exps / "run" / entry["rev"] / f"{entry['rev']}.json",
-                                                          entry["rev"]))
-             for entry in entries]
     workers = _live_workers(exps)
+    tasks = [Task(entry["rev"], entry["name"] or entry["rev"][:7], entry["status"],
+                  entry["status"] == "Running" and _running(exps / "run" / entry["rev"] / f"{entry['rev']}.json",
+                                                            entry["rev"], bool(workers)))
+             for entry in entries]
     stopped = sum(_stopped(record.with_suffix(".out")) for record in workers)
     return QueueState(tasks, len(workers), stopped)
 
@@ -185,6 +185,13 @@ def _alive(record: Path, marker: str) -> bool:
         return any(marker in word for word in psutil.Process(int(info["pid"])).cmdline())
     except (OSError, ValueError, KeyError, TypeError, AttributeError, psutil.Error):
         return False
+
+
+def _running(record: Path, rev: str, worker_alive: bool) -> bool:
+    """Whether the run DVC lists as Running is alive: its process record names a live process, or it
+    has none yet while a worker lives (a worker marks a run Running a moment before the run's process
+    writes its record: such a run is starting, not cut off)."""
+    return _alive(record, rev) or (worker_alive and not record.exists())
 
 
 def _stopped(log: Path) -> bool:

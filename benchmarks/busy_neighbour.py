@@ -25,7 +25,6 @@ the bits of the first run alone. The machine should be otherwise idle.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -40,9 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
 
-from rnnlm.compute import backend  # noqa: E402
-
-from timing import machine, machine_line, write_report  # noqa: E402
+from timing import corpus_parser, cpu_report, write_report  # noqa: E402
 
 NEIGHBOURS = {
     "alone": None,
@@ -133,19 +130,12 @@ def markdown(report: dict[str, object]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
-    parser.add_argument("--model", default="astra_alpha")
+    parser = corpus_parser(__doc__)
     parser.add_argument("--steps-scale", type=float, default=0.25)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
-    parser.add_argument("--markdown", type=Path)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    if not args.corpus.is_file():
-        sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
-    report = {"machine": machine(backend.CPU, keeps_memory=False), "date": time.strftime("%Y-%m-%d")}
-    report["machine_line"] = machine_line(report["machine"])
+    report = cpu_report(args.corpus, keeps_memory=False)
     report.update(measure(args.corpus.resolve(), args.model, args.steps_scale, args.rounds, args.policies))
     write_report(markdown(report), report, args.markdown, args.json)
 

@@ -17,7 +17,6 @@ in each (DVC's, from dvc.lock) and whether they are equal. The machine should be
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -32,9 +31,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
 
-from rnnlm.compute import backend  # noqa: E402
-
-from timing import machine, machine_line, write_report  # noqa: E402
+from timing import corpus_parser, cpu_report, write_report  # noqa: E402
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str], log) -> str:
@@ -118,19 +115,12 @@ def markdown(report: dict[str, object]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
-    parser.add_argument("--model", default="astra_alpha")
+    parser = corpus_parser(__doc__)
     parser.add_argument("--seeds", nargs=2, type=int, default=[11, 12])
     parser.add_argument("--steps-scale", type=float, default=1.0)
     parser.add_argument("--log", type=Path, default=Path("queue-pair.log"), help="the commands' output")
-    parser.add_argument("--markdown", type=Path)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    if not args.corpus.is_file():
-        sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
-    report = {"machine": machine(backend.CPU, keeps_memory=True), "date": time.strftime("%Y-%m-%d")}
-    report["machine_line"] = machine_line(report["machine"])
+    report = cpu_report(args.corpus, keeps_memory=True)
     with open(args.log, "w") as log:
         report.update(measure(args.corpus.resolve(), args.model, args.seeds, args.steps_scale, log))
     write_report(markdown(report), report, args.markdown, args.json)

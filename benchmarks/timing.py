@@ -7,6 +7,7 @@ else the machine does falls on all of them alike; reported numbers are medians o
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import json
@@ -194,6 +195,27 @@ def save_report(text: str, figures: object, markdown: Path | None, json_path: Pa
         write_text_atomic(markdown, text)
     if json_path:
         write_text_atomic(json_path, json.dumps(figures, indent=2) + "\n")
+
+
+def corpus_parser(doc: str, model: str = "astra_alpha") -> argparse.ArgumentParser:
+    """The command line of a benchmark that trains on the real corpus: --corpus, --model, and where its
+    report goes (--markdown, --json); the caller adds its own options."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
+    parser.add_argument("--model", default=model)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--json", type=Path)
+    return parser
+
+
+def cpu_report(corpus: Path, keeps_memory: bool) -> dict[str, object]:
+    """A CPU benchmark's report so far: its machine and date; exits in one line when `corpus` is no file."""
+    if not corpus.is_file():
+        sys.exit(f"error: --corpus {corpus}: no such file; expected a local copy of Tiny Shakespeare")
+    report: dict[str, object] = {"machine": machine(torch.device("cpu"), keeps_memory=keeps_memory),
+                                 "date": time.strftime("%Y-%m-%d")}
+    report["machine_line"] = machine_line(report["machine"])
+    return report
 
 
 def write_report(text: str, figures: object, markdown: Path | None, json_path: Path | None) -> None:

@@ -16,6 +16,10 @@ has at short c, so that batches are as full as there) are scored two ways, side 
 - `now`: `context_nll` as the evaluate stage runs it (the last step's logits alone, batches sized
   by the model's width, at least `MIN_WINDOWS` windows).
 
+With `--batch-tokens N ...`, `context_nll` at N tokens a batch (at least `MIN_WINDOWS` windows) is
+timed beside them, one contender per N: what another width of batch would give, on `--device` (a
+GPU, where the batches sized for a CPU's caches leave thousands of short launches per window).
+
 A row gives each one's microseconds per token step (median over `--repeats` rounds), `now`'s speed-up,
 the floating-point operations a token step needs (the hidden-side products of every layer and the
 input-side products of every layer but the first, which is a table lookup; the output layer once
@@ -35,7 +39,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rnnlm.compute import backend  # noqa: E402
 from rnnlm.evaluation.context import MIN_WINDOWS, batch_tokens_for, context_nll  # noqa: E402
 from rnnlm.evaluation.scoring import full_precision  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
@@ -74,28 +77,35 @@ def step_flops(model: LanguageModel, c: int) -> float:
 
 def measure(args: argparse.Namespace) -> tuple[list[dict], float]:
     """One row per (model, c), and the machine's product rate in GFLOP/s."""
-    limit = max(measure_limit(args.limit_size, args.repeats, backend.CPU).rates.values())
+    device = torch.device(args.device)
+    limit = max(measure_limit(args.limit_size, args.repeats, device).rates.values())
     rows = []
     for name, config in model_configs("params.yaml", args.models, args.shrink).items():
         torch.manual_seed(0)
-        model = build_model(config).eval()
+        model = build_model(config).to(device).eval()
         ids = torch.randint(0, config.vocab_size, (max(args.lengths) + TARGETS * 8,),
                             generator=torch.Generator().manual_seed(1))
         for c in args.lengths:
             targets = min(TARGETS, max(1, args.tokens // c))
             positions = torch.arange(targets) * 8 + max(args.lengths)
-            torch.testing.assert_close(context_nll(model, ids, positions, c), before(model, ids, positions, c),
-                                       rtol=1e-5, atol=1e-5)  # the same losses, up to summation order
-            seconds = side_by_side({"before": lambda: before(model, ids, positions, c),
-                                    "now": lambda: context_nll(model, ids, positions, c)}, args.repeats, backend.CPU)
+            now = context_nll(model, ids, positions, c)
+            contenders = {"before": lambda: before(model, ids.to(device), positions, c),
+                          "now": lambda: context_nll(model, ids, positions, c)}
+            for n in args.batch_tokens:
+                contenders[f"{n} tokens"] = lambda n=n: context_nll(model, ids, positions, c, batch_tokens=n)
+            for contender in contenders.values():  # the same losses, up to summation order
+                torch.testing.assert_close(contender().float(), now.float(), rtol=1e-5, atol=1e-5)
+            seconds = side_by_side(contenders, args.repeats, device)
             tokens = targets * c
             flops = step_flops(model, c)
             rows.append({"model": name, "c": c, "targets": targets,
                          "windows_per_batch": min(targets, max(MIN_WINDOWS, batch_tokens_for(model) // c)),
                          "before_us": seconds["before"] / tokens * 1e6, "now_us": seconds["now"] / tokens * 1e6,
-                         "flops_per_step": flops, "now_gflops": flops * tokens / seconds["now"] / 1e9})
+                         "flops_per_step": flops, "now_gflops": flops * tokens / seconds["now"] / 1e9,
+                         "other_us": {n: seconds[f"{n} tokens"] / tokens * 1e6 for n in args.batch_tokens}})
+            others = "".join(f", {n} tokens a batch {us:.2f} us" for n, us in rows[-1]["other_us"].items())
             print(f"{name} c={c}: before {rows[-1]['before_us']:.2f} us, now {rows[-1]['now_us']:.2f} us per token "
-                  f"step ({rows[-1]['now_gflops']:.0f} GFLOP/s of {limit:.0f})", flush=True)
+                  f"step{others} ({rows[-1]['now_gflops']:.0f} GFLOP/s of {limit:.0f})", flush=True)
     return rows, limit
 
 
@@ -108,12 +118,14 @@ def markdown(report: dict) -> str:
              f"for each c of 1, 2, ..., 1,024: 4.1 million token steps. The machine's float32 product rate, measured "
              f"in the same run: {report['limit_gflops']:.0f} GFLOP/s.", "",
              "| model | c | windows | windows a batch | before, us per token step | now | speed-up | FLOP per token step "
-             "| now, GFLOP/s | share of the product rate |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| now, GFLOP/s | share of the product rate |" + "".join(f" {n:,} tokens a batch, us |" for n in
+                                                                      report.get("batch_tokens", [])),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(report.get("batch_tokens", []))]
     for r in report["rows"]:
         lines.append(f"| {r['model']} | {r['c']} | {r['targets']} | {r['windows_per_batch']} | {r['before_us']:.2f} | {r['now_us']:.2f} "
                      f"| {r['before_us'] / r['now_us']:.2f}x | {r['flops_per_step'] / 1e6:.3g} M "
-                     f"| {r['now_gflops']:.0f} | {r['now_gflops'] / report['limit_gflops']:.0%} |")
+                     f"| {r['now_gflops']:.0f} | {r['now_gflops'] / report['limit_gflops']:.0%} |"
+                     + "".join(f" {us:.2f} |" for us in r.get("other_us", {}).values()))
     return "\n".join(lines) + "\n"
 
 
@@ -126,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shrink", type=int, default=1, help="divide the model widths by this")
     parser.add_argument("--limit-size", type=int, default=1024, help="the side of the product that sets the rate")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and sizes: checks that it runs")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine")
+    parser.add_argument("--batch-tokens", nargs="*", type=int, default=[],
+                        help="also time context_nll at these tokens a batch")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -133,10 +148,11 @@ def main(argv: list[str] | None = None) -> None:
         args.models, args.lengths, args.tokens, args.repeats, args.shrink = ["astra_alpha"], [4, 32], 256, 1, 16
         args.limit_size = 128
     keep_freed_memory()
-    info = machine(backend.CPU, keeps_memory=True)
+    info = machine(torch.device(args.device), keeps_memory=True)
     rows, limit = measure(args)
     report = {"machine": info, "machine_line": machine_line(info), "date": time.strftime("%Y-%m-%d"),
-              "tokens": args.tokens, "repeats": args.repeats, "limit_gflops": limit, "rows": rows}
+              "tokens": args.tokens, "repeats": args.repeats, "limit_gflops": limit, "rows": rows,
+              "batch_tokens": args.batch_tokens}
     write_report(markdown(report), report, args.markdown, args.json)
 
 

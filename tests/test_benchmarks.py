@@ -455,3 +455,14 @@ def test_busy_neighbour_keeps_each_policys_share_and_says_when_bits_differ(monke
     assert [r["same_bits"] for r in report["rows"]] == [True, True, True, True, True, False]
     text = busy_neighbour.markdown({**report, "machine_line": "a CPU"})
     assert "| passive | beside a numpy loop | 2 | 88 | 95% | no |" in text
+
+
+def test_context_cost_times_other_batch_widths_beside_the_curves_own(tmp_path):
+    """`context_cost.py --quick --batch-tokens N`: each width is held to the curve's own losses and timed
+    beside it, a column each (what a GPU call would compare)."""
+    done = subprocess.run([sys.executable, "benchmarks/context_cost.py", "--quick", "--batch-tokens", "64", "1024",
+                           "--json", str(tmp_path / "c.json")], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert [(r["c"], sorted(r["other_us"])) for r in rows] == [(4, ["1024", "64"]), (32, ["1024", "64"])]
+    assert "| 64 tokens a batch, us | 1,024 tokens a batch, us |" in done.stdout

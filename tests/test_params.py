@@ -212,8 +212,9 @@ def test_a_real_dvc_exp_run_set_changes_one_line_of_params_yaml(tmp_path):
     (root / "dvc.yaml").write_text("stages:\n  selected:\n    cmd: python -c \"import yaml; print(yaml.safe_load("
                                    "open('params.yaml'))['model'])\" > selected.txt\n    params:\n      - model\n"
                                    "    outs:\n      - selected.txt\n")
-    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "params"]):
+    for command in (["git", "init", "-q"], ["git", "config", "user.name", "t"],
+                    ["git", "config", "user.email", "t@example.invalid"], [sys.executable, "-m", "dvc", "init", "-q"],
+                    ["git", "add", "-A"], ["git", "commit", "-qm", "params"]):
         subprocess.run(command, cwd=root, check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "dvc", "exp", "run", "-S", "model=astra_beta"], cwd=root, check=True,
                    capture_output=True)

@@ -20,7 +20,7 @@ from training_speed import our_training_step  # noqa: E402
 
 
 GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")
-"""Every value of RNNLM_GEMM: one library for both kinds of product, or LARGE:STEP."""
+"""Every value of RNNLM_GEMM: one library for both kinds of product, or LARGE:NARROW."""
 
 
 def under_gemm(choice: str, fn: Callable[[], object]) -> Callable[[], object]:
@@ -64,7 +64,7 @@ def gemm_choices_table(records: list[dict]) -> str:
 def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                          report: Report) -> list[dict]:
     return per_model_section(
-        report, f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:STEP, medians of {settings.repeats})",
+        report, f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:NARROW, medians of {settings.repeats})",
         configs, lambda name, config: benchmark_gemm_choices(name, config, settings, device), "compared GEMMs on",
         gemm_choices_table)
 

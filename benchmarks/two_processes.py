@@ -1,5 +1,5 @@
 """Two runs on one machine at once: how much of its speed alone each keeps, and where the per-step
-products' thread rule (`rnnlm.compute.gemm_choice.MIN_PARALLEL_STEP_MACS`) crosses over.
+products' thread rule (`rnnlm.compute.gemm_choice.MIN_PARALLEL_NARROW_MACS`) crosses over.
 
     python benchmarks/two_processes.py --models astra_alpha astra_beta astra_gamma leviathan \\
         --markdown reports/speed/two-processes-NAME.md --json reports/speed/two-processes-NAME.json
@@ -56,7 +56,7 @@ def _child(name: str, workload: str, tokens: int, steps: int, repeats: int, star
     """One process's side of a measurement: build, warm up, wait for `start_at`, time `repeats`
     rounds, print their seconds as JSON."""
     if not rule:
-        gemm_choice.MIN_PARALLEL_STEP_MACS = 0  # before the compiled code first loads and is told it
+        gemm_choice.MIN_PARALLEL_NARROW_MACS = 0  # before the compiled code first loads and is told it
     keep_freed_memory()
     from rnnlm.inference.decoding import Decoding
     from rnnlm.inference.generation import generate, make_generator
@@ -208,7 +208,7 @@ def markdown(report: dict) -> str:
              f"rounds; each cell: seconds, and the share of the speed alone it kept. Workloads: the stateful "
              f"pass over {report['tokens']:,} tokens at batch 1, sampling {max(1, report['tokens'] // 8):,} "
              f"tokens at batch 1, {report['steps']} training steps at 64 x 128. Rule: per-step products under "
-             f"{report['min_parallel_step_macs']:,} multiply-adds on the calling thread.", ""]
+             f"{report['min_parallel_narrow_macs']:,} multiply-adds on the calling thread.", ""]
     if report["pairs"]:
         lines += ["| model | workload | alone | " + " | ".join(WAYS) + " |",
                   "|---|---|---|" + "---|" * len(WAYS)]
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         args.settle, args.crossover = 1.0, True
     report = {"machine": machine(backend.CPU, keeps_memory=True), "date": time.strftime("%Y-%m-%d"),
               "tokens": args.tokens, "steps": args.steps, "repeats": args.repeats,
-              "min_parallel_step_macs": gemm_choice.MIN_PARALLEL_STEP_MACS}
+              "min_parallel_narrow_macs": gemm_choice.MIN_PARALLEL_NARROW_MACS}
     report["machine_line"] = machine_line(report["machine"])
     report["pairs"] = [] if args.no_pairs else measure_pairs(args)
     report["crossover"] = measure_crossover(args) if args.crossover else []

@@ -387,7 +387,7 @@ def test_two_processes_times_each_way_and_the_crossover(tmp_path):
     for way in ("every core, no rule", "every core", "half the cores"):
         assert row[way]["finished"] and len(row[way]["kept"]) == 2  # two processes, each its share kept
     assert row["half the cores"]["threads"] == max(1, (os.cpu_count() or 1) // 2)
-    assert report["min_parallel_step_macs"] == 2**19 and len(report["crossover"]) == 4  # batch 1, 4, 16, 64
+    assert report["min_parallel_narrow_macs"] == 2**19 and len(report["crossover"]) == 4  # batch 1, 4, 16, 64
     text = out.read_text()
     assert "| astra_alpha | stateful |" in text and "## Where the thread pool pays" in text
 
@@ -400,7 +400,7 @@ def test_two_processes_table_says_which_pairs_did_not_finish():
            "every core": {"finished": False, "after_s": 36.0},
            "half the cores": {"finished": True, "seconds": [2.0, 4.0], "kept": [0.5, 0.25], "threads": 1}}
     text = two_processes.markdown({"machine_line": "a CPU", "date": "d", "repeats": 3, "tokens": 64, "steps": 1,
-                                   "min_parallel_step_macs": 2**19, "pairs": [row], "crossover": []})
+                                   "min_parallel_narrow_macs": 2**19, "pairs": [row], "crossover": []})
     assert ("| m | training | 1.000 s | as with the rule (no product under it) | not finished after 36.0 s | "
             "2.000 s (50%), 4.000 s (25%) |") in text
 

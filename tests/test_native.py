@@ -198,7 +198,7 @@ def test_the_rule_keeps_mkl_on_intel_and_obeys_the_environment_and_the_build():
     assert gemm_choice.choose_gemm("AuthenticAMD", False, "", False, True) == Gemms("onednn", "onednn")  # no MKL
     assert gemm_choice.choose_gemm("GenuineIntel", True, "", False, False) == Gemms("mkl", "mkl")  # ATen's own GEMM
     for wrong in ("blis", "mkl:onednn:mkl", "mkl:", ":onednn"):
-        with pytest.raises(RnnlmError, match=f"RNNLM_GEMM={wrong}: expected mkl, onednn, or two of them as LARGE:STEP"):
+        with pytest.raises(RnnlmError, match=f"RNNLM_GEMM={wrong}: expected mkl, onednn, or two of them as LARGE:NARROW"):
             gemm_choice.choose_gemm("AuthenticAMD", True, wrong, True, True)
 
 
@@ -219,20 +219,20 @@ def test_the_environment_variable_reaches_the_switch(monkeypatch):
 def test_use_gemm_is_the_one_switch_for_python_and_the_compiled_code(gemm):
     compiled = backend.compiled_for(torch.device("cpu"))  # told the machine's choice when loaded
     machine = gemm_choice.gemm_for(torch.device("cpu"))
-    assert compiled.gemm() == machine.step and compiled.min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
-    other = gemm_choice.Gemms("onednn", "mkl" if machine.step == "onednn" else "onednn")
+    assert compiled.gemm() == machine.narrow and compiled.min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
+    other = gemm_choice.Gemms("onednn", "mkl" if machine.narrow == "onednn" else "onednn")
     assert gemm_choice.use_gemm(other) is None  # it replaced the machine's own choice
-    assert gemm_choice.gemm_for(torch.device("cpu")) == other and compiled.gemm() == other.step
+    assert gemm_choice.gemm_for(torch.device("cpu")) == other and compiled.gemm() == other.narrow
     assert gemm_choice.use_gemm(None) == other
-    assert gemm_choice.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.step
+    assert gemm_choice.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.narrow
 
 
 def test_small_per_step_products_run_on_the_calling_thread_and_give_the_pool_back():
-    """The thread rule (gemm_choice.MIN_PARALLEL_STEP_MACS) reaches the compiled code with the GEMM choice;
+    """The thread rule (gemm_choice.MIN_PARALLEL_NARROW_MACS) reaches the compiled code with the GEMM choice;
     a per-step product under it runs with a team of one and puts the thread count back, one over it
     keeps the pool; either way the product is the float64 product's to float32 rounding."""
     compiled = backend.compiled_for(torch.device("cpu"))  # told the rule when loaded
-    threshold = gemm_choice.MIN_PARALLEL_STEP_MACS
+    threshold = gemm_choice.MIN_PARALLEL_NARROW_MACS
     assert compiled.min_parallel_macs() == threshold
     assert compiled.on_calling_thread(threshold - 1) and not compiled.on_calling_thread(threshold)
     before = torch.get_num_threads()
@@ -275,7 +275,7 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
     products, h0 = torch.randn(16, 8, 3 * 64), torch.randn(8, 64)
     weight_hh, bias = torch.randn(3 * 64, 64) * 0.2, torch.randn(3 * 64)
     loops = loops_for(CELLS["gru"], products)
-    assert build.compiled().gemm() == choice.step  # the one call handed the choice and the threshold over
+    assert build.compiled().gemm() == choice.narrow  # the one call handed the choice and the threshold over
     assert build.compiled().min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
     ops = {"mkl": {"mkl::_mkl_linear", "aten::mm", "aten::addmm"}, "onednn": {"mkldnn::_linear_pointwise"}}
 
@@ -285,10 +285,10 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
         names = {event.name for event in prof.events()}
         return {library for library, library_ops in ops.items() if names & library_ops}
 
-    assert used(lambda: loops.forward(products.clone(), h0, weight_hh, bias, None)) == {choice.step}
+    assert used(lambda: loops.forward(products.clone(), h0, weight_hh, bias, None)) == {choice.narrow}
     # a sampling step with products of at least 2^19 multiply-adds (smaller ones stay on ATen's GEMM)
     gates_x, h, step_hh = torch.randn(64, 3 * 128), torch.randn(64, 128), torch.randn(3 * 128, 128)
-    assert used(lambda: loops.step(gates_x, h, step_hh[: 2 * 128].T, step_hh[2 * 128 :].T)) == {choice.step}
+    assert used(lambda: loops.step(gates_x, h, step_hh[: 2 * 128].T, step_hh[2 * 128 :].T)) == {choice.narrow}
     x, w = torch.randn(1024, 64), torch.randn(512, 64)
     assert used(lambda: linear(x, w)) == {choice.large}
     assert used(lambda: t_mm(x, torch.randn(1024, 512))) <= {choice.large}  # oneDNN's matmul is no op: unseen
@@ -299,7 +299,7 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
     torch.testing.assert_close(hs.double(), reference, rtol=1e-4, atol=1e-5)
     # the backward's per-step products too, and its gradients (written over the gates)
     grad_hs, grad_h0 = torch.randn(16, 8, 64), []
-    assert used(lambda: grad_h0.append(loops.backward(grad_hs, h0, weight_hh, gates, hs, None))) == {choice.step}
+    assert used(lambda: grad_h0.append(loops.backward(grad_hs, h0, weight_hh, gates, hs, None))) == {choice.narrow}
     reference = gru.backward(grad_hs.double(), h0.double(), weight_hh.double(), gates64, reference, None)
     torch.testing.assert_close(grad_h0[0].double(), reference, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(gates.double(), gates64, rtol=1e-4, atol=1e-4)
@@ -326,7 +326,7 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm
 
 def test_an_unknown_gemm_is_refused_by_the_compiled_module():
     with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
-        build.compiled().set_gemm("blis", gemm_choice.MIN_ONEDNN_MACS, gemm_choice.MIN_PARALLEL_STEP_MACS)
+        build.compiled().set_gemm("blis", gemm_choice.MIN_ONEDNN_MACS, gemm_choice.MIN_PARALLEL_NARROW_MACS)
 
 
 def test_a_source_added_after_the_build_or_under_a_taken_name_is_refused_in_one_line(monkeypatch, tmp_path):

@@ -7,19 +7,19 @@ library for each (a `Gemms`):
 
 - `large`: the products over all T*B rows of a sequence (each layer's input products, the output
   layer, the weight gradients: `rnnlm.compute.products`), most of a training step's work;
-- `step`: the products of one time step, B rows (the scans' hidden-side products, every product
-  of the sampling step: the compiled loops and the Python stepper).
+- `narrow`: the products of one time step, B rows (the scans' hidden-side products, every product
+  of sampling one token: the compiled loops and the Python stepper).
 
-`onednn_for(tensor, macs, step)` says whether one product runs through oneDNN: float32 on the
+`onednn_for(tensor, macs, narrow)` says whether one product runs through oneDNN: float32 on the
 CPU, oneDNN chosen for its kind, and at least `MIN_ONEDNN_MACS` multiply-adds. That rule and that
 threshold are here only; the compiled code receives both in one call, when it is first loaded and
-whenever `use_gemm` changes the choice, together with `MIN_PARALLEL_STEP_MACS`: the per-step products
+whenever `use_gemm` changes the choice, together with `MIN_PARALLEL_NARROW_MACS`: the narrow products
 of the compiled loops smaller than that run on the calling thread, not the thread pool.
 
 The choice (`choose_gemm`), from the CPU's vendor and whether it has AVX-512 (`rnnlm.compute.cpu`; measured
 per machine in `reports/speed/`, each with the four choices timed side by side: `--gemm-choices`):
 
-- `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:STEP` (say `mkl:onednn`), if set (anything else is refused);
+- `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:NARROW` (say `mkl:onednn`), if set (anything else is refused);
 - an Intel CPU: MKL for both, Intel's own library;
 - another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
   AVX-512 there and oneDNN does;
@@ -53,9 +53,9 @@ MIN_ONEDNN_MACS = 2**19
 latency-bound, and oneDNN's call costs more than MKL's on its own (near 2^19 the two cross at batch
 1). The one place this number lives."""
 
-MIN_PARALLEL_STEP_MACS = 2**19
-"""A per-step product of the compiled loops (a scan's hidden side, every product of the sampling
-step) with fewer multiply-adds runs on the calling thread, not the thread pool: the stateful pass and
+MIN_PARALLEL_NARROW_MACS = 2**19
+"""A narrow product of the compiled loops (a scan's hidden side, every product of sampling one
+token) with fewer multiply-adds runs on the calling thread, not the thread pool: the stateful pass and
 sampling at batch 1 of the small models, the scans of small batches. Below it a parallel region costs
 more than it saves (where the pool starts to pay on a machine: `benchmarks/two_processes.py
 --crossover`, reports/speed/two-processes-*.md), and where another process holds the other core, each
@@ -68,20 +68,20 @@ class Gemms(NamedTuple):
     """The float32 GEMM library ("mkl" or "onednn") of each kind of product (see the module doc)."""
 
     large: str  # the products over all T*B rows of a sequence
-    step: str  # the products of one time step (B rows)
+    narrow: str  # the products of one time step (B rows)
 
     @classmethod
     def parse(cls, text: str) -> Gemms:
-        """"mkl", "onednn" or "LARGE:STEP", as RNNLM_GEMM takes them."""
+        """"mkl", "onednn" or "LARGE:NARROW", as RNNLM_GEMM takes them."""
         parts = text.split(":")
         if len(parts) > 2 or any(part not in GEMMS for part in parts):
-            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two of them as LARGE:STEP (say mkl:onednn)")
+            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two of them as LARGE:NARROW (say mkl:onednn)")
         return cls(parts[0], parts[-1])
 
     def __str__(self) -> str:
-        """"mkl", "onednn", or "LARGE:STEP" when the two differ: the form RNNLM_GEMM takes, and what
+        """"mkl", "onednn", or "LARGE:NARROW" when the two differ: the form RNNLM_GEMM takes, and what
         the training metrics record."""
-        return self.large if self.large == self.step else f"{self.large}:{self.step}"
+        return self.large if self.large == self.narrow else f"{self.large}:{self.narrow}"
 
 
 _chosen: Gemms | None = None
@@ -123,21 +123,21 @@ def use_gemm(gemms: Gemms | None) -> Gemms | None:
 
 
 def tell(module: ModuleType) -> None:
-    """Hand the compiled module the per-step GEMM and both thresholds, read now (a benchmark may have
+    """Hand the compiled module the narrow products' GEMM and both thresholds, read now (a benchmark may have
     changed a threshold before the module first loads)."""
-    module.set_gemm(gemm_for(CPU).step, MIN_ONEDNN_MACS, MIN_PARALLEL_STEP_MACS)
+    module.set_gemm(gemm_for(CPU).narrow, MIN_ONEDNN_MACS, MIN_PARALLEL_NARROW_MACS)
 
 
-def onednn_for(tensor: torch.Tensor, macs: int | None, step: bool = False) -> bool:
+def onednn_for(tensor: torch.Tensor, macs: int | None, narrow: bool = False) -> bool:
     """Whether a float32 product on `tensor` runs through oneDNN: on the CPU, with oneDNN chosen for
-    its kind (one time step's if `step`, else the large products'), and, for a single product of
-    `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's per-step product,
+    its kind (one time step's if `narrow`, else the large products'), and, for a single product of
+    `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's narrow product,
     whose weight serves every step of the sequence (packed once, `StepProduct` in kernels.cpp), so
     it takes the chosen library whatever its size."""
     if tensor.dtype != torch.float32 or (macs is not None and macs < MIN_ONEDNN_MACS):
         return False
     gemms = gemm_for(tensor.device)
-    return gemms is not None and (gemms.step if step else gemms.large) == "onednn"
+    return gemms is not None and (gemms.narrow if narrow else gemms.large) == "onednn"
 
 
 @cache

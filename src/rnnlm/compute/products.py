@@ -4,14 +4,14 @@
 The products over all T*B rows of a sequence (each layer's input products, the output layer, and in
 the backward pass their gradients and the hidden-side weight gradients) are most of a training
 step's work; they follow the switch's `large` library. The Python stepper's products (B rows, one
-token) follow its `step` library, as the compiled sampling step does, so the two give the same
+token) follow its `narrow` library, as the compiled sampling step does, so the two give the same
 logits bit for bit. Where the library is "onednn" and the tensors are float32 on the CPU, the
 functions here call oneDNN's linear op (`torch.ops.mkldnn._linear_pointwise`: exact float32, no
 reduced-precision math); everywhere else (MKL chosen, float64, CUDA) they are plain ATen
 expressions (`torch.mm` is MKL's GEMM on the CPU).
 
-In:  `linear(x (..., K), weight (N, K), bias (N) or None, step=False)` -> x W^T + b (..., N), with
-     autograd (`step=True`: a one-token product of the stepper);
+In:  `linear(x (..., K), weight (N, K), bias (N) or None, narrow=False)` -> x W^T + b (..., N), with
+     autograd (`narrow=True`: a product of one time step, the stepper's);
      `t_mm(a (M, N), b (M, K))` -> a^T b (N, K) and `t_addmm(c, a, b)` -> c + a^T b, for the
      hand-written backward passes (no autograd).
 """
@@ -57,16 +57,16 @@ class _OnednnLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, step: bool = False) -> Tensor:
-    """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three; `step`: a product of one
-    time step (the stepper's), which follows the per-step library."""
-    if not gemm_choice.onednn_for(x, x.numel() * weight.shape[0], step):
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, narrow: bool = False) -> Tensor:
+    """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three; `narrow`: a product of one
+    time step (the stepper's), which follows the narrow products' library."""
+    if not gemm_choice.onednn_for(x, x.numel() * weight.shape[0], narrow):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
     # A one-token product adds its bias after oneDNN's product, the faster at batch 1
     # (reports/speed/cpu-amd-epyc-avx2-family25.md); the compiled step (kernels.cpp, step_linear)
     # does the same, so the two agree bit for bit. The large products keep it fused.
-    out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, None if step else bias)
-    if step and bias is not None:
+    out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, None if narrow else bias)
+    if narrow and bias is not None:
         out = out.add_(bias)
     return out.view(*x.shape[:-1], weight.shape[0])
 

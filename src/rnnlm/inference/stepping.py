@@ -81,7 +81,7 @@ class Stepper:
             new_state.append(layer_state)
         if self.norm is not None:
             x = layer_norm(x, self.norm.weight, self.norm.bias, self.norm.eps)  # as the model's forward
-        return linear(x, self.head_t.T, self.head_bias, step=True), tuple(new_state)
+        return linear(x, self.head_t.T, self.head_bias, narrow=True), tuple(new_state)
 
 
 def make_step(model: LanguageModel):

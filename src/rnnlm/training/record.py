@@ -58,7 +58,7 @@ def processor_name(device: torch.device) -> str:
 
 def products_gemm(device: torch.device) -> str:
     """The libraries that run the float32 matrix products on `device` (`rnnlm.compute.gemm_choice.gemm_for`):
-    "mkl", "onednn", or "LARGE:STEP" on the CPU, "cublas" on CUDA."""
+    "mkl", "onednn", or "LARGE:NARROW" on the CPU, "cublas" on CUDA."""
     gemms = gemm_choice.gemm_for(device)
     return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
 
@@ -68,7 +68,7 @@ class TrainResult:
     checkpoint: Checkpoint
     history: History
     device: str
-    gemm: str  # the libraries of the float32 products: "mkl", "onednn" or "LARGE:STEP" on the CPU, "cublas" on CUDA
+    gemm: str  # the libraries of the float32 products: "mkl", "onednn" or "LARGE:NARROW" on the CPU, "cublas" on CUDA
     processor: str  # the CPU's or GPU's model name
     parameters: int
     seconds: float

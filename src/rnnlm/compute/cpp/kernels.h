@@ -124,7 +124,7 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
 // where it is built), from how many multiply-adds a product goes to oneDNN when it is chosen, and from
 // how many it may use the thread pool: rnnlm.compute.gemm_choice decides all three (its GEMM rule, its
-// MIN_ONEDNN_MACS and MIN_PARALLEL_STEP_MACS) and hands them over in one call, set_gemm. Until then
+// MIN_ONEDNN_MACS and MIN_PARALLEL_NARROW_MACS) and hands them over in one call, set_gemm. Until then
 // every product runs through MKL, on the thread pool.
 enum class Gemm { mkl, onednn };
 

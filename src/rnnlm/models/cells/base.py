@@ -374,7 +374,7 @@ class LayerStep:
 
     def gates_x(self, x: Tensor) -> Tensor:
         """Input-side products (B, G*H), biases included, from the layer below's output x (B, I)."""
-        return linear(x, self.input_t.T, self.bias, step=True)
+        return linear(x, self.input_t.T, self.bias, narrow=True)
 
     def step(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
         """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""

@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rnnlm.study.campaign import dvc_queue
@@ -92,6 +94,8 @@ def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch,
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "queue-worker"])
     finished = subprocess.Popen([sys.executable, "-c", "pass"])
     finished.wait()
+    _started(training, live)
+    _started(worker, "queue-worker")
 
     def record(path: Path, pid: int, returncode=None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +130,16 @@ def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch,
         worker.kill()
 
 
+def _started(process: subprocess.Popen, marker: str) -> None:
+    """Wait until `process` shows `marker` in its command line: a moment after Popen the child has not
+    exec'd yet and still shows ours, which the queue reader would take for another program."""
+    for _ in range(500):
+        if any(marker in word for word in psutil.Process(process.pid).cmdline()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{marker}: the process never showed it")
+
+
 def test_a_run_marked_running_before_its_process_record_is_written_is_starting_not_cut_off(monkeypatch, tmp_path):
     """A worker marks its next run Running a moment before the run's process writes its record: with
     a live worker that run is starting; with none, it was cut off."""
@@ -135,6 +149,7 @@ def test_a_run_marked_running_before_its_process_record_is_written_is_starting_n
     assert [t.alive for t in dvc_queue.read(tmp_path).tasks] == [False]  # no worker: cut off
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "queue-worker"])
     try:
+        _started(worker, "queue-worker")
         (exps / "celery").mkdir(parents=True)
         (exps / "celery/dvc-exp-worker-1.json").write_text(json.dumps({"pid": worker.pid, "returncode": None}))
         assert [t.alive for t in dvc_queue.read(tmp_path).tasks] == [True]

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.compute import gemm_choice  # noqa: E402
+from rnnlm.compute import backend  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
@@ -25,14 +25,14 @@ GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")
 
 def under_gemm(choice: str, fn: Callable[[], object]) -> Callable[[], object]:
     """fn, run with the GEMM choice `choice` (as RNNLM_GEMM takes it), set through the library's own
-    switch (`rnnlm.compute.gemm_choice.use_gemm`) and handed back after."""
+    switch (`rnnlm.compute.backend.use_gemm`) and handed back after."""
 
     def run() -> object:
-        previous = gemm_choice.use_gemm(gemm_choice.Gemms.parse(choice))
+        previous = backend.use_gemm(backend.Gemms.parse(choice))
         try:
             return fn()
         finally:
-            gemm_choice.use_gemm(previous)
+            backend.use_gemm(previous)
 
     return run
 
@@ -46,7 +46,7 @@ def benchmark_gemm_choices(name: str, config: ModelConfig, settings: Settings, d
     contenders = {choice: under_gemm(choice, our_training_step(config, tokens, targets, device, graph=False)[1])
                   for choice in GEMM_CHOICES}
     medians = side_by_side(contenders, settings.repeats, device)
-    chosen = str(gemm_choice.rule_gemm())
+    chosen = str(backend.rule_gemm())
     fastest = min(medians, key=medians.get)
     return {"model": name, "ms_per_step": {c: 1e3 * t for c, t in medians.items()}, "rule": chosen,
             "fastest": fastest, "rule_share_of_fastest": medians[fastest] / medians[chosen]}

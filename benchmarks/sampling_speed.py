@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.compute import gemm_choice  # noqa: E402
+from rnnlm.compute import backend  # noqa: E402
 from rnnlm.inference.decoding import Decoding  # noqa: E402
 from rnnlm.inference.generation import generate, make_generator  # noqa: E402
 from rnnlm.models.config import ModelConfig  # noqa: E402
@@ -63,7 +63,7 @@ def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[
     matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them
     x = matrices[0].new_zeros(batch, model.config.hidden)
     onednn = torch.ops.mkldnn._linear_pointwise  # the GEMM our step uses for each, called as directly as Python allows
-    products = [functools.partial(onednn, x, m, None, "none", [], "") if gemm_choice.onednn_for(x, x.numel() * m.shape[0], narrow=True)
+    products = [functools.partial(onednn, x, m, None, "none", [], "") if backend.onednn_for(x, x.numel() * m.shape[0], narrow=True)
                 else functools.partial(torch.mm, x, m.T) for m in matrices]
 
     @torch.no_grad()

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from rnnlm.compute import cpu, gemm_choice
+from rnnlm.compute import backend, cpu
 from rnnlm.atomic import write_text_atomic
 from rnnlm.models.config import ModelConfig
 from rnnlm.params import load_params
@@ -157,7 +157,7 @@ def limit_forms(size: int, device: torch.device) -> dict[tuple[str, str], Callab
     if torch.backends.mkl.is_available():
         packed_mkl = torch.ops.mkl._mkl_reorder_linear_weight(b, size)
         forms[("MKL", "packed")] = lambda: torch.ops.mkl._mkl_linear(a, packed_mkl, b, None, size)
-    if gemm_choice.onednn_available():
+    if backend.onednn_available():
         onednn, packed = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._reorder_linear_weight(b, size)
         forms[("oneDNN", "plain")] = lambda: onednn(a, b, None, "none", [], "")
         forms[("oneDNN", "packed")] = lambda: onednn(a, packed, None, "none", [], "")
@@ -182,7 +182,7 @@ def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
     """What the figures were measured on (`keeps_memory`: whether freed memory stays in the heap)."""
     where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
         "cpu_vendor": cpu.cpu_vendor() or platform.processor(), "cpu_model": cpu.cpu_model() or platform.machine(),
-        "cpu_generation": cpu.cpu_generation(), "cores": os.cpu_count(), "avx512": cpu.has_avx512(), "gemm": str(gemm_choice.gemm_for(device)),
+        "cpu_generation": cpu.cpu_generation(), "cores": os.cpu_count(), "avx512": cpu.has_avx512(), "gemm": str(backend.gemm_for(device)),
         "freed_memory_kept": keeps_memory}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}

@@ -1,5 +1,5 @@
 """Two runs on one machine at once: how much of its speed alone each keeps, and where the per-step
-products' thread rule (`rnnlm.compute.gemm_choice.MIN_PARALLEL_NARROW_MACS`) crosses over.
+products' thread rule (`rnnlm.compute.backend.MIN_PARALLEL_NARROW_MACS`) crosses over.
 
     python benchmarks/two_processes.py --models astra_alpha astra_beta astra_gamma leviathan \\
         --markdown reports/speed/two-processes-NAME.md --json reports/speed/two-processes-NAME.json
@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rnnlm.compute import backend, gemm_choice  # noqa: E402
+from rnnlm.compute import backend  # noqa: E402
 from rnnlm.memory import keep_freed_memory  # noqa: E402
 
 from timing import machine, machine_line, model_configs, write_report  # noqa: E402
@@ -56,7 +56,7 @@ def _child(name: str, workload: str, tokens: int, steps: int, repeats: int, star
     """One process's side of a measurement: build, warm up, wait for `start_at`, time `repeats`
     rounds, print their seconds as JSON."""
     if not rule:
-        gemm_choice.MIN_PARALLEL_NARROW_MACS = 0  # before the compiled code first loads and is told it
+        backend.MIN_PARALLEL_NARROW_MACS = 0  # before the compiled code first loads and is told it
     keep_freed_memory()
     from rnnlm.inference.decoding import Decoding
     from rnnlm.inference.generation import generate, make_generator
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         args.settle, args.crossover = 1.0, True
     report = {"machine": machine(backend.CPU, keeps_memory=True), "date": time.strftime("%Y-%m-%d"),
               "tokens": args.tokens, "steps": args.steps, "repeats": args.repeats,
-              "min_parallel_narrow_macs": gemm_choice.MIN_PARALLEL_NARROW_MACS}
+              "min_parallel_narrow_macs": backend.MIN_PARALLEL_NARROW_MACS}
     report["machine_line"] = machine_line(report["machine"])
     report["pairs"] = [] if args.no_pairs else measure_pairs(args)
     report["crossover"] = measure_crossover(args) if args.crossover else []

@@ -234,17 +234,17 @@ def backend(request, monkeypatch, gemm):
 @pytest.fixture
 def gemm():
     """`gemm("mkl:onednn")` (or a `Gemms`) makes that the process's GEMM choice, through the one call
-    the library has for it (`rnnlm.compute.gemm_choice.use_gemm`); the machine's own choice comes back after
+    the library has for it (`rnnlm.compute.backend.use_gemm`); the machine's own choice comes back after
     the test."""
-    from rnnlm.compute import gemm_choice
+    from rnnlm.compute import backend
 
     def choose(choice) -> object:
-        choice = gemm_choice.Gemms.parse(choice) if isinstance(choice, str) else choice
-        gemm_choice.use_gemm(choice)
+        choice = backend.Gemms.parse(choice) if isinstance(choice, str) else choice
+        backend.use_gemm(choice)
         return choice
 
     yield choose
-    gemm_choice.use_gemm(None)
+    backend.use_gemm(None)
 
 
 def small_tokenizer(params: dict) -> None:

@@ -39,12 +39,12 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
     assert markdown.read_text() == out  # the file holds what was printed
     # the limit: the large product through both libraries, each against the faster
     assert re.search(r"MKL [\d.]+ GFLOP/s \(\d+% of the faster\), oneDNN [\d.]+ GFLOP/s", out)
-    from rnnlm.compute import cpu, gemm_choice
+    from rnnlm.compute import backend, cpu
 
     # the CPU: model name, vendor and generation
     assert cpu.cpu_model() in out and f"({cpu.cpu_vendor()} {cpu.cpu_generation()}, ".replace(" , ", ", ") in out
     data = json.loads(figures.read_text())
-    assert data["machine"]["gemm"] == str(gemm_choice.gemm_for(torch.device("cpu")))
+    assert data["machine"]["gemm"] == str(backend.gemm_for(torch.device("cpu")))
     assert data["machine"]["avx512"] == cpu.has_avx512()
     assert data["machine"]["cpu_generation"] == cpu.cpu_generation()
     assert set(data["matmul_gflops"]) == {"MKL", "oneDNN"} and data["limit_gflops"] == max(data["matmul_gflops"].values())
@@ -80,11 +80,11 @@ def test_gemm_choices_time_every_value_of_the_variable_beside_the_rules(tmp_path
     result = _benchmark("--models", "astra_alpha", "--only", "training", "--gemm-choices", "--json", str(figures))
     assert result.returncode == 0, result.stderr
     assert "## Our training step under each GEMM choice" in result.stdout
-    from rnnlm.compute import gemm_choice
+    from rnnlm.compute import backend
 
     (record,) = json.loads(figures.read_text())["gemm_choices"]
     assert record["model"] == "astra_alpha" and set(record["ms_per_step"]) == {"mkl", "onednn", "mkl:onednn", "onednn:mkl"}
-    assert record["rule"] == str(gemm_choice.gemm_for(torch.device("cpu")))  # what this machine's runs use
+    assert record["rule"] == str(backend.gemm_for(torch.device("cpu")))  # what this machine's runs use
     times = record["ms_per_step"]
     assert record["fastest"] == min(times, key=times.get)
     assert record["rule_share_of_fastest"] == pytest.approx(times[record["fastest"]] / times[record["rule"]])
@@ -109,13 +109,13 @@ def test_allocator_part_alone_times_both_steps_in_both_modes(tmp_path):
 def test_a_gemm_choice_applies_to_its_call_alone(gemm):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import gemm_choices
-    from rnnlm.compute import backend, gemm_choice
+    from rnnlm.compute import backend
 
     before = gemm("onednn")
     cpu = torch.device("cpu")
-    seen = gemm_choices.under_gemm("mkl:onednn", lambda: (gemm_choice.gemm_for(cpu), backend.compiled_for(cpu).gemm()))()
+    seen = gemm_choices.under_gemm("mkl:onednn", lambda: (backend.gemm_for(cpu), backend.compiled_for(cpu).gemm()))()
     assert seen == (("mkl", "onednn"), "onednn")  # through the library's switch: the compiled code too
-    assert gemm_choice.gemm_for(torch.device("cpu")) == before  # then put back
+    assert backend.gemm_for(torch.device("cpu")) == before  # then put back
 
 
 def test_bad_repeats_is_a_clear_error():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rnnlm.compute import backend, build, cpu, gemm_choice
+from rnnlm.compute import backend, build, cpu
 from rnnlm.compute import sources as units
 from rnnlm.errors import RnnlmError
 from rnnlm.compute.sources import HEADERS
@@ -177,7 +177,7 @@ def test_the_rule_picks_the_faster_library_where_a_report_measured_them(path):
     report = json.loads(path.read_text())
     machine = report["machine"]
     avx512 = machine.get("avx512", "avx512" in path.stem)  # the oldest report records it in its name only
-    rule = gemm_choice.choose_gemm(machine["cpu_vendor"], avx512, "", True, True)
+    rule = backend.choose_gemm(machine["cpu_vendor"], avx512, "", True, True)
     assert str(rule) == machine["gemm"]  # what that machine's runs used
     rates = {name.lower(): rate for name, rate in report["matmul_gflops"].items()}
     assert rule.large == max(rates, key=rates.get)
@@ -186,53 +186,53 @@ def test_the_rule_picks_the_faster_library_where_a_report_measured_them(path):
 
 
 def test_the_rule_keeps_mkl_on_intel_and_obeys_the_environment_and_the_build():
-    Gemms = gemm_choice.Gemms
-    assert gemm_choice.choose_gemm("GenuineIntel", True, "", True, True) == Gemms("mkl", "mkl")  # nothing changes there
-    assert gemm_choice.choose_gemm("GenuineIntel", False, "", True, True) == Gemms("mkl", "mkl")
-    assert gemm_choice.choose_gemm("HygonGenuine", True, "", True, True) == Gemms("onednn", "onednn")
-    assert gemm_choice.choose_gemm("", False, "", True, True) == Gemms("mkl", "onednn")  # vendor unknown: not Intel
-    assert gemm_choice.choose_gemm("GenuineIntel", True, "onednn", True, True) == Gemms("onednn", "onednn")
-    assert gemm_choice.choose_gemm("AuthenticAMD", True, "mkl", True, True) == Gemms("mkl", "mkl")
-    assert gemm_choice.choose_gemm("GenuineIntel", True, "onednn:mkl", True, True) == Gemms("onednn", "mkl")
-    assert gemm_choice.choose_gemm("AuthenticAMD", True, "", True, False) == Gemms("mkl", "mkl")  # no oneDNN in this build
-    assert gemm_choice.choose_gemm("AuthenticAMD", False, "", False, True) == Gemms("onednn", "onednn")  # no MKL
-    assert gemm_choice.choose_gemm("GenuineIntel", True, "", False, False) == Gemms("mkl", "mkl")  # ATen's own GEMM
+    Gemms = backend.Gemms
+    assert backend.choose_gemm("GenuineIntel", True, "", True, True) == Gemms("mkl", "mkl")  # nothing changes there
+    assert backend.choose_gemm("GenuineIntel", False, "", True, True) == Gemms("mkl", "mkl")
+    assert backend.choose_gemm("HygonGenuine", True, "", True, True) == Gemms("onednn", "onednn")
+    assert backend.choose_gemm("", False, "", True, True) == Gemms("mkl", "onednn")  # vendor unknown: not Intel
+    assert backend.choose_gemm("GenuineIntel", True, "onednn", True, True) == Gemms("onednn", "onednn")
+    assert backend.choose_gemm("AuthenticAMD", True, "mkl", True, True) == Gemms("mkl", "mkl")
+    assert backend.choose_gemm("GenuineIntel", True, "onednn:mkl", True, True) == Gemms("onednn", "mkl")
+    assert backend.choose_gemm("AuthenticAMD", True, "", True, False) == Gemms("mkl", "mkl")  # no oneDNN in this build
+    assert backend.choose_gemm("AuthenticAMD", False, "", False, True) == Gemms("onednn", "onednn")  # no MKL
+    assert backend.choose_gemm("GenuineIntel", True, "", False, False) == Gemms("mkl", "mkl")  # ATen's own GEMM
     for wrong in ("blis", "mkl:onednn:mkl", "mkl:", ":onednn"):
         with pytest.raises(RnnlmError, match=f"RNNLM_GEMM={wrong}: expected mkl, onednn, or two of them as LARGE:NARROW"):
-            gemm_choice.choose_gemm("AuthenticAMD", True, wrong, True, True)
+            backend.choose_gemm("AuthenticAMD", True, wrong, True, True)
 
 
 def test_a_gemm_choice_is_named_as_the_environment_variable_takes_it():
-    assert str(gemm_choice.Gemms("mkl", "mkl")) == "mkl" and str(gemm_choice.Gemms("mkl", "onednn")) == "mkl:onednn"
+    assert str(backend.Gemms("mkl", "mkl")) == "mkl" and str(backend.Gemms("mkl", "onednn")) == "mkl:onednn"
 
 
 def test_the_environment_variable_reaches_the_switch(monkeypatch):
     monkeypatch.setenv("RNNLM_GEMM", "mkl")
-    assert gemm_choice.machine_gemm() == ("mkl", "mkl")
+    assert backend.machine_gemm() == ("mkl", "mkl")
     monkeypatch.setenv("RNNLM_GEMM", "onednn")
-    assert gemm_choice.machine_gemm() == ("onednn", "onednn")
+    assert backend.machine_gemm() == ("onednn", "onednn")
     monkeypatch.setenv("RNNLM_GEMM", "mkl:onednn")
-    assert gemm_choice.machine_gemm() == ("mkl", "onednn")
-    assert gemm_choice.gemm_for(torch.device("meta")) is None
+    assert backend.machine_gemm() == ("mkl", "onednn")
+    assert backend.gemm_for(torch.device("meta")) is None
 
 
 def test_use_gemm_is_the_one_switch_for_python_and_the_compiled_code(gemm):
     compiled = backend.compiled_for(torch.device("cpu"))  # told the machine's choice when loaded
-    machine = gemm_choice.gemm_for(torch.device("cpu"))
-    assert compiled.gemm() == machine.narrow and compiled.min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
-    other = gemm_choice.Gemms("onednn", "mkl" if machine.narrow == "onednn" else "onednn")
-    assert gemm_choice.use_gemm(other) is None  # it replaced the machine's own choice
-    assert gemm_choice.gemm_for(torch.device("cpu")) == other and compiled.gemm() == other.narrow
-    assert gemm_choice.use_gemm(None) == other
-    assert gemm_choice.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.narrow
+    machine = backend.gemm_for(torch.device("cpu"))
+    assert compiled.gemm() == machine.narrow and compiled.min_onednn_macs() == backend.MIN_ONEDNN_MACS
+    other = backend.Gemms("onednn", "mkl" if machine.narrow == "onednn" else "onednn")
+    assert backend.use_gemm(other) is None  # it replaced the machine's own choice
+    assert backend.gemm_for(torch.device("cpu")) == other and compiled.gemm() == other.narrow
+    assert backend.use_gemm(None) == other
+    assert backend.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.narrow
 
 
 def test_small_per_step_products_run_on_the_calling_thread_and_give_the_pool_back():
-    """The thread rule (gemm_choice.MIN_PARALLEL_NARROW_MACS) reaches the compiled code with the GEMM choice;
+    """The thread rule (backend.MIN_PARALLEL_NARROW_MACS) reaches the compiled code with the GEMM choice;
     a per-step product under it runs with a team of one and puts the thread count back, one over it
     keeps the pool; either way the product is the float64 product's to float32 rounding."""
     compiled = backend.compiled_for(torch.device("cpu"))  # told the rule when loaded
-    threshold = gemm_choice.MIN_PARALLEL_NARROW_MACS
+    threshold = backend.MIN_PARALLEL_NARROW_MACS
     assert compiled.min_parallel_macs() == threshold
     assert compiled.on_calling_thread(threshold - 1) and not compiled.on_calling_thread(threshold)
     before = torch.get_num_threads()
@@ -270,13 +270,13 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
     from rnnlm.models.cells import gru
     from rnnlm.compute.products import linear, t_mm
 
-    choice = gemm(gemm_choice.Gemms(*gemms))
+    choice = gemm(backend.Gemms(*gemms))
     torch.manual_seed(0)
     products, h0 = torch.randn(16, 8, 3 * 64), torch.randn(8, 64)
     weight_hh, bias = torch.randn(3 * 64, 64) * 0.2, torch.randn(3 * 64)
     loops = loops_for(CELLS["gru"], products)
     assert build.compiled().gemm() == choice.narrow  # the one call handed the choice and the threshold over
-    assert build.compiled().min_onednn_macs() == gemm_choice.MIN_ONEDNN_MACS
+    assert build.compiled().min_onednn_macs() == backend.MIN_ONEDNN_MACS
     ops = {"mkl": {"mkl::_mkl_linear", "aten::mm", "aten::addmm"}, "onednn": {"mkldnn::_linear_pointwise"}}
 
     def used(fn) -> set[str]:
@@ -311,10 +311,10 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm
     its linear op with a copied operand (the route where PyTorch refuses float32 to the matmul)."""
     from rnnlm.compute.products import t_addmm, t_mm
 
-    if matmul and not gemm_choice.onednn_matmul_available():
+    if matmul and not backend.onednn_matmul_available():
         pytest.skip("PyTorch's oneDNN matmul takes no float32 on this CPU (no AVX-512)")
     gemm("onednn")
-    monkeypatch.setattr(gemm_choice, "onednn_matmul_available", lambda: matmul)
+    monkeypatch.setattr(backend, "onednn_matmul_available", lambda: matmul)
     torch.manual_seed(0)
     a, b, c = torch.randn(2048, 96), torch.randn(2048, 80), torch.randn(96, 80)
     a_t = torch.randn(2048, 3 * 96)[:, 96 : 2 * 96]  # a slice of the gates: rows wider than itself
@@ -326,7 +326,7 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm
 
 def test_an_unknown_gemm_is_refused_by_the_compiled_module():
     with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
-        build.compiled().set_gemm("blis", gemm_choice.MIN_ONEDNN_MACS, gemm_choice.MIN_PARALLEL_NARROW_MACS)
+        build.compiled().set_gemm("blis", backend.MIN_ONEDNN_MACS, backend.MIN_PARALLEL_NARROW_MACS)
 
 
 def test_a_source_added_after_the_build_or_under_a_taken_name_is_refused_in_one_line(monkeypatch, tmp_path):

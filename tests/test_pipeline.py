@@ -104,9 +104,9 @@ def test_repro_trains_the_selected_model(train_repo):
     metrics = _metrics(train_repo)
     assert metrics["model"] == "astra_alpha" and metrics["steps"] == 6 and metrics["epochs"] == 2
     assert metrics["device"] == "cpu"
-    from rnnlm.compute import gemm_choice
+    from rnnlm.compute import backend
 
-    assert metrics["gemm"] == str(gemm_choice.gemm_for(torch.device("cpu")))  # the products' libraries are recorded
+    assert metrics["gemm"] == str(backend.gemm_for(torch.device("cpu")))  # the products' libraries are recorded
     steps = (train_repo / "reports/train/steps.tsv").read_text().splitlines()
     assert steps[0].split("\t") == ["step", "epoch", "train_loss", "lr", "tokens_per_second"] and len(steps) == 7
     epochs = (train_repo / "reports/train/epochs.tsv").read_text().splitlines()

@@ -200,7 +200,7 @@ def _has_compiled_loops(cell: str) -> bool:
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
     from rnnlm.inference.stepping import Stepper
-    from rnnlm.models.state import entries
+    from rnnlm.models.cells.base import entries
 
     stepper = Stepper(_float32_model(config))
     if not _has_compiled_loops(config.cell):
@@ -225,10 +225,10 @@ def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products
     them: both add each bias after oneDNN's product, so the logits stay equal bit for bit."""
     from torch.profiler import ProfilerActivity, profile
 
-    from rnnlm.compute import gemm_choice
+    from rnnlm.compute import backend
     from rnnlm.inference.stepping import Stepper
 
-    if not gemm_choice.onednn_available():
+    if not backend.onednn_available():
         pytest.skip("this PyTorch has no oneDNN linear op")
     gemm("mkl:onednn")
     config = ModelConfig("lstm", vocab_size=700, embd=16, hidden=256, layers=2, layer_norm=True)

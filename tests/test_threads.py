@@ -1,5 +1,5 @@
 """The cores shared among rnnlm processes (compute/threads.py) and the LayerNorm that lets a run
-change its thread count without changing its bits (compute/layer_norm.py)."""
+change its thread count without changing its bits (`rnnlm.models.language_model.layer_norm`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from rnnlm.compute import threads
-from rnnlm.compute.layer_norm import layer_norm
-from rnnlm.models.language_model import RecurrentLM
+from rnnlm.models.language_model import RecurrentLM, layer_norm
 from rnnlm.training.train import probe_gradients
 from tests.conftest import cell_configs
 

@@ -18,7 +18,7 @@ from rnnlm.training.samplers import WindowSampler, val_batch_seed
 from rnnlm.training.settings import run_settings, steps_per_epoch
 from rnnlm.training.train import train
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
-from rnnlm.compute import gemm_choice
+from rnnlm.compute import backend
 from rnnlm.reporting.training_report import training_summary
 from rnnlm.study.folders import StudyRun
 from tests.conftest import synthetic_play, train_model
@@ -119,14 +119,14 @@ def test_a_run_interrupted_on_one_gemm_library_goes_on_with_another_and_says_so(
         if epoch == 1:
             raise Interrupted
 
-    previous = gemm_choice.use_gemm(gemm_choice.Gemms("mkl", "mkl"))
+    previous = backend.use_gemm(backend.Gemms("mkl", "mkl"))
     try:
         with pytest.raises(Interrupted):
             _train(params, resume_dir=tmp_path, on_epoch_end=stop_after_first)
-        gemm_choice.use_gemm(gemm_choice.Gemms("onednn", "onednn"))
+        backend.use_gemm(backend.Gemms("onednn", "onednn"))
         resumed = _train(params, resume_dir=tmp_path)
     finally:
-        gemm_choice.use_gemm(previous)
+        backend.use_gemm(previous)
     out = capsys.readouterr().out
     assert "resuming astra_alpha after epoch 1" in out
     assert "with mkl so far and goes on here on" in out and "with onednn: the last bits" in out

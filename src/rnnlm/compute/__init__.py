@@ -2,10 +2,10 @@
 
 - `device`: the device a stage runs on (`train.device`, CUDA when there is one) and float32 precision;
 - `cpu`: which CPU this is (vendor, generation, AVX-512), for the choices below and the records;
-- `gemm_choice`: the float32 GEMM library each kind of product runs through on the CPU (oneDNN or MKL);
-- `products`: the matrix products every model and cell calls, through that choice;
 - `backend`: the one switch that decides which loops run the recurrences (compiled C++, Triton or
-  Python), and hands a cell its loops;
+  Python), hands a cell its loops, and chooses the float32 GEMM library (oneDNN or MKL) each kind
+  of product runs through on the CPU;
+- `products`: the matrix products every model and cell calls, through that choice;
 - `sources` and `build`: the compiled C++ module, its translation units and its build; `cpp/` holds
   compute's own C++ (the shared kernels and the cells' registry, generation, the Python bindings);
   each cell's compiled loops stay beside its Python (`rnnlm/models/cells/NAME.cpp`), which its

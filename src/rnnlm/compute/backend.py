@@ -1,21 +1,44 @@
-"""The one switch that decides which loops run the recurrences. Everything asks it.
+"""The one switch that decides where the arithmetic runs: which loops run the recurrences, and
+which float32 GEMM library each matrix product on the CPU runs through. Everything asks it.
 
-Backends:
+**Loops** (`backend_for(device)`):
 - "cpp": the compiled C++ loops (`rnnlm.compute.build`): on the CPU, when the build succeeds;
-- "triton": each step's elementwise work fused into Triton kernels, products in cuBLAS: on CUDA,
-  when Triton imports;
+- "triton": each time step's elementwise work fused into Triton kernels, products in cuBLAS: on
+  CUDA, when Triton imports;
 - "python": the cells' Python loops over ATen calls: the reference, and what runs everywhere else
   (other devices, `RNNLM_NATIVE=0`, a failed build, no Triton; each failure warns once).
 
-`backend_for(device)` decides; `loops(spec, device)` hands a cell its loops for a device (cells call
-it through `rnnlm.models.cells.base.loops_for`): a cell without compiled or Triton loops of its own
-gets its Python loops, with one note saying so; `compiled_for(device, cell)` gives the compiled
-module (the whole-model sampling step and generation loop) where "cpp" runs and the cell has
-compiled loops.
+`loops(spec, device)` hands a cell its loops for a device (through
+`rnnlm.models.cells.base.loops_for`): a cell without compiled or Triton loops of its own gets its
+Python loops, with one note saying so; `compiled_for(device, cell)` gives the compiled module (the
+whole-model sampling step and generation loop) where "cpp" runs and the cell has compiled loops.
+Tests choose the loops by replacing `backend_for` (fixtures in `tests/conftest.py`).
 
-The float32 GEMM library each kind of product runs through on the CPU is chosen in
-`rnnlm.compute.gemm_choice`; this module tells the compiled code that choice when it first loads it. Tests
-choose a backend by replacing `backend_for` (fixtures in `tests/conftest.py`).
+**GEMMs** (`gemm_for(device)`, a `Gemms`): MKL or oneDNN, both exact float32, for each of two kinds
+of product:
+- `large`: the products over all T*B rows of a sequence (each layer's input products, the output
+  layer, the weight gradients: `rnnlm.compute.products`), most of a training step's work;
+- `narrow`: the products of one time step, B rows (the scans' hidden-side products, every product
+  of sampling one token: the compiled loops and the Python stepper).
+
+`onednn_for(tensor, macs, narrow)` says whether one product runs through oneDNN: float32 on the
+CPU, oneDNN chosen for its kind, and at least `MIN_ONEDNN_MACS` multiply-adds. The compiled code
+receives the narrow choice and both thresholds in one call (`tell`), when it first loads and
+whenever `use_gemm` changes the choice. The rule (`choose_gemm`) reads the CPU's vendor and
+whether it has AVX-512 (`rnnlm.compute.cpu`; each choice timed side by side per machine in
+`reports/speed/`, `--gemm-choices`):
+
+- `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:NARROW` (say `mkl:onednn`), if set (anything else is refused);
+- an Intel CPU: MKL for both, Intel's own library;
+- another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
+  AVX-512 there and oneDNN does;
+- another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
+  the narrow ones. oneDNN's matmul, which reads a transposed operand in place, also refuses float32
+  without AVX-512 there (`rnnlm.compute.products` then copies it).
+
+Either library falls back to the other when the PyTorch build lacks it. The same CPU always gives
+the same choice, so a machine's runs repeat themselves bit for bit. `use_gemm(gemms)` overrides the
+choice for the whole process (tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -25,12 +48,16 @@ import os
 import warnings
 from functools import cache
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 
-from rnnlm.compute import build, gemm_choice
+from rnnlm.compute import build, cpu
+from rnnlm.errors import RnnlmError
 
 CPU = torch.device("cpu")
+GEMMS = ("mkl", "onednn")
+GEMM_ENV = "RNNLM_GEMM"
 
 
 def enabled() -> bool:
@@ -65,7 +92,7 @@ def _compiled() -> ModuleType | None:
     """The compiled module (None when it did not build), told the CPU's GEMM choice when first loaded."""
     module = build.compiled()
     if module is not None:
-        gemm_choice.tell(module)
+        tell(module)
     return module
 
 
@@ -119,3 +146,135 @@ def compiled_for(device: torch.device, cell: str | None = None) -> ModuleType | 
         return None
     module = _compiled()
     return module if cell is None or has_compiled_loops(module, cell) else None
+
+
+# ------------------------------------------------------------------ the GEMMs
+
+MIN_ONEDNN_MACS = 2**19
+"""Products with fewer multiply-adds stay on MKL even where oneDNN is chosen: a small product is
+latency-bound, and oneDNN's call costs more than MKL's on its own (near 2^19 the two cross at batch
+1). The one place this number lives."""
+
+MIN_PARALLEL_NARROW_MACS = 2**19
+"""A narrow product of the compiled loops (a scan's hidden side, every product of sampling one
+token) with fewer multiply-adds runs on the calling thread, not the thread pool: the stateful pass and
+sampling at batch 1 of the small models, the scans of small batches. Below it a parallel region costs
+more than it saves (where the pool starts to pay on a machine: `benchmarks/two_processes.py
+--crossover`, reports/speed/two-processes-*.md), and where another process holds the other core, each
+region waits for a thread that is not running (docs/study-runs.md). The thread count changes the last bits of a product's sum
+for some shapes, so this rule, like the GEMM's, depends on shapes alone: a run repeats itself bit for
+bit. The one place this number lives; the compiled code receives it with the GEMM choice."""
+
+
+class Gemms(NamedTuple):
+    """The float32 GEMM library ("mkl" or "onednn") of each kind of product (see the module doc)."""
+
+    large: str  # the products over all T*B rows of a sequence
+    narrow: str  # the products of one time step (B rows)
+
+    @classmethod
+    def parse(cls, text: str) -> Gemms:
+        """"mkl", "onednn" or "LARGE:NARROW", as RNNLM_GEMM takes them."""
+        parts = text.split(":")
+        if len(parts) > 2 or any(part not in GEMMS for part in parts):
+            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two of them as LARGE:NARROW (say mkl:onednn)")
+        return cls(parts[0], parts[-1])
+
+    def __str__(self) -> str:
+        """"mkl", "onednn", or "LARGE:NARROW" when the two differ: the form RNNLM_GEMM takes, and what
+        the training metrics record."""
+        return self.large if self.large == self.narrow else f"{self.large}:{self.narrow}"
+
+
+_chosen: Gemms | None = None
+"""The choice `use_gemm` made for this process, None for the machine's rule."""
+
+
+def gemm_for(device: torch.device) -> Gemms | None:
+    """The float32 GEMMs of the products on `device`: what `use_gemm` chose, else the machine's
+    (`machine_gemm`, read once per process); None off the CPU (CUDA runs cuBLAS)."""
+    if device.type != "cpu":
+        return None
+    return _chosen or _process_gemm()
+
+
+def machine_gemm() -> Gemms:
+    """The rule's choice for this CPU, RNNLM_GEMM as it is set now."""
+    return _cpu_gemm(os.environ.get(GEMM_ENV, ""))
+
+
+def rule_gemm() -> Gemms:
+    """The rule's own choice for this CPU, whatever RNNLM_GEMM says (what the benchmarks weigh)."""
+    return _cpu_gemm("")
+
+
+@cache
+def _process_gemm() -> Gemms:
+    return machine_gemm()
+
+
+def use_gemm(gemms: Gemms | None) -> Gemms | None:
+    """Run the CPU's float32 products through `gemms` from now on, in this process, in the Python
+    products and the compiled code at once (None: the machine's own choice again); returns the
+    choice it replaces (None: the machine's), to hand back to it afterwards."""
+    global _chosen
+    previous, _chosen = _chosen, gemms
+    if build.compiled.cache_info().currsize and build.compiled() is not None:  # loaded already: tell it
+        tell(build.compiled())
+    return previous
+
+
+def tell(module: ModuleType) -> None:
+    """Hand the compiled module the narrow products' GEMM and both thresholds, read now (a benchmark may have
+    changed a threshold before the module first loads)."""
+    module.set_gemm(gemm_for(CPU).narrow, MIN_ONEDNN_MACS, MIN_PARALLEL_NARROW_MACS)
+
+
+def onednn_for(tensor: torch.Tensor, macs: int | None, narrow: bool = False) -> bool:
+    """Whether a float32 product on `tensor` runs through oneDNN: on the CPU, with oneDNN chosen for
+    its kind (one time step's if `narrow`, else the large products'), and, for a single product of
+    `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's narrow product,
+    whose weight serves every step of the sequence (packed once, `StepProduct` in kernels.cpp), so
+    it takes the chosen library whatever its size."""
+    if tensor.dtype != torch.float32 or (macs is not None and macs < MIN_ONEDNN_MACS):
+        return False
+    gemms = gemm_for(tensor.device)
+    return gemms is not None and (gemms.narrow if narrow else gemms.large) == "onednn"
+
+
+@cache
+def _cpu_gemm(requested: str) -> Gemms:
+    return choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), requested, torch.backends.mkl.is_available(), onednn_available())
+
+
+def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool) -> Gemms:
+    """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
+    AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has."""
+    if requested:
+        preferred = Gemms.parse(requested)
+    elif vendor == "GenuineIntel":
+        preferred = Gemms("mkl", "mkl")
+    elif avx512:
+        preferred = Gemms("onednn", "onednn")
+    else:
+        preferred = Gemms("mkl", "onednn")
+    available = {"mkl": has_mkl, "onednn": has_onednn}
+    return Gemms(*(name if available[name] else "onednn" if has_onednn else "mkl" for name in preferred))
+
+
+@cache
+def onednn_available() -> bool:
+    """Whether this PyTorch has oneDNN and its linear op."""
+    try:
+        torch.ops.mkldnn._linear_pointwise  # noqa: B018 - the op the products call
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.backends.mkldnn.is_available()
+
+
+@cache
+def onednn_matmul_available() -> bool:
+    """Whether oneDNN's matmul as PyTorch exposes it (`at::native::mkldnn_matmul`, which reads a
+    transposed operand in place) takes float32 on this CPU: on x86 PyTorch asks for AVX-512 (bw, vl,
+    dq) or AVX-NE-CONVERT even for float32, and refuses it elsewhere."""
+    return onednn_available() and (cpu.has_avx512() or "avx_ne_convert" in cpu.cpu_flags())

@@ -1,6 +1,6 @@
 """The CPU this process runs on, as Linux's /proc/cpuinfo describes it: vendor, model name,
 generation (family, model, stepping), feature flags and whether it has AVX-512. The GEMM rule
-(`rnnlm.compute.gemm_choice`) reads the vendor and AVX-512; the runs and benchmarks record the rest.
+(`rnnlm.compute.backend`) reads the vendor and AVX-512; the runs and benchmarks record the rest.
 Everything is "" (or empty) where /proc/cpuinfo cannot be read.
 """
 

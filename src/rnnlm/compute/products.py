@@ -1,5 +1,5 @@
 """The models' matrix products outside the compiled loops, through the float32 GEMMs that
-`rnnlm.compute.gemm_choice.gemm_for` chooses.
+`rnnlm.compute.backend.gemm_for` chooses.
 
 The products over all T*B rows of a sequence (each layer's input products, the output layer, and in
 the backward pass their gradients and the hidden-side weight gradients) are most of a training
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rnnlm.compute import backend, gemm_choice
+from rnnlm.compute import backend
 
 _onednn_linear = torch.ops.mkldnn._linear_pointwise
 
@@ -60,7 +60,7 @@ class _OnednnLinear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, narrow: bool = False) -> Tensor:
     """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three; `narrow`: a product of one
     time step (the stepper's), which follows the narrow products' library."""
-    if not gemm_choice.onednn_for(x, x.numel() * weight.shape[0], narrow):
+    if not backend.onednn_for(x, x.numel() * weight.shape[0], narrow):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
     # A one-token product adds its bias after oneDNN's product, the faster at batch 1
     # (reports/speed/cpu-amd-epyc-avx2-family25.md); the compiled step (kernels.cpp, step_linear)
@@ -79,10 +79,10 @@ def t_mm(a: Tensor, b: Tensor) -> Tensor:
 def t_addmm(c: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
     """c (N, K) + a^T b, a (M, N), b (M, K), or a^T b alone when c is None; c may be overwritten
     with the result."""
-    if not gemm_choice.onednn_for(a, a.shape[0] * a.shape[1] * b.shape[1]):
+    if not backend.onednn_for(a, a.shape[0] * a.shape[1] * b.shape[1]):
         return a.T @ b if c is None else torch.addmm(c, a.T, b)
     compiled = backend.compiled_for(a.device)
-    if compiled is not None and gemm_choice.onednn_matmul_available():  # oneDNN's matmul reads a^T in place
+    if compiled is not None and backend.onednn_matmul_available():  # oneDNN's matmul reads a^T in place
         return compiled.onednn_t_addmm(None if c is None else c.contiguous(), a, b)
     # Through the linear op, which copies a transposed input: (K, N) = b^T a, then transposed.
     product = _dense(b.contiguous().t(), a.contiguous().t()).t().contiguous()

@@ -9,9 +9,9 @@ run starts and takes them back when it ends; however the runs were started (`dvc
 two terminals, our runner).
 
 This changes no bits where nothing in a training step depends on the thread count. Our own code
-ensures it (the one PyTorch operation we use that did not, LayerNorm's backward, is
-`compute/layer_norm.py`), but a BLAS may split a product's sums by thread and so give other bits at
-another count (MKL promises the same bits only at a fixed count, outside its strict mode). So before
+ensures it (the one PyTorch operation we use that did not, LayerNorm's backward, is replaced by
+`rnnlm.models.language_model.layer_norm`), but a BLAS may split a product's sums by thread and so
+give other bits at another count (MKL promises the same bits only at a fixed count, outside its strict mode). So before
 a run changes its threads, `verify()` computes one training step's gradients of the real model and
 batch shape at one thread and at every core: where they differ in any bit, the run keeps its count
 for its whole life and says so. A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm.study

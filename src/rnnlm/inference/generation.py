@@ -25,7 +25,7 @@ from torch import Tensor
 from rnnlm.errors import RnnlmError
 from rnnlm.inference.decoding import Decoding, SamplingError, pick
 from rnnlm.inference.stepping import Stepper, make_step
-from rnnlm.models import state as states
+from rnnlm.models.cells.base import to_lists
 from rnnlm.models.kinds import LanguageModel
 
 MODES = ("stateless", "stateful")
@@ -91,7 +91,7 @@ def generate(
     if isinstance(step, Stepper) and step.compiled is not None:
         # The same loop in C++ (generation.cpp): at batch 1 a character then costs the model's
         # products and little else. The same ids.
-        return step.compiled.generate(logits, states.to_lists(state), stateful, max_new_tokens, decoding.strategy,
+        return step.compiled.generate(logits, to_lists(state), stateful, max_new_tokens, decoding.strategy,
                                       decoding.temperature, decoding.top_k, decoding.top_p, generator, on_token)
     return generation_loop(step, logits, state, stateful=stateful, decoding=decoding, max_new_tokens=max_new_tokens,
                            generator=generator, on_token=on_token)

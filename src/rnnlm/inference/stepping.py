@@ -14,7 +14,7 @@ A `Stepper` arranges a `RecurrentLM`'s weights for a single step:
   through; the Python `__call__` is its twin (what CUDA runs), and gives the same logits bit for bit;
 - it runs under `torch.inference_mode`, so no autograd bookkeeping happens.
 
-In:  tokens (B,) int64 and a state in the model's format (`rnnlm.models.state`; None means zeros).
+In:  tokens (B,) int64 and a state in the model's format (`rnnlm.models.cells.base`; None means zeros).
 Out: logits (B, V) and the new state. Same function as `model(tokens[:, None], state)`, to
 rounding; tests hold it to that.
 
@@ -28,14 +28,11 @@ import torch
 from torch import Tensor
 
 from rnnlm.compute import backend
-from rnnlm.models import state as states
 from rnnlm.models.cells import CELLS
-from rnnlm.models.cells.base import LayerStep, loops_for
+from rnnlm.models.cells.base import LayerStep, ModelState, from_lists, hidden, loops_for, to_lists
 from rnnlm.models.kinds import LanguageModel
-from rnnlm.models.language_model import RecurrentLM
-from rnnlm.compute.layer_norm import layer_norm
+from rnnlm.models.language_model import RecurrentLM, layer_norm
 from rnnlm.compute.products import linear
-from rnnlm.models.state import ModelState
 
 
 class Stepper:
@@ -70,14 +67,14 @@ class Stepper:
     def __call__(self, tokens: Tensor, state: ModelState | None = None) -> tuple[Tensor, ModelState]:
         """tokens (B,) -> logits (B, V), new state (one entry per layer)."""
         if self.compiled is not None:
-            logits, lists = self.compiled.step(tokens, states.to_lists(state))
-            return logits, states.from_lists(lists)
+            logits, lists = self.compiled.step(tokens, to_lists(state))
+            return logits, from_lists(lists)
         x = None
         new_state = []
         for i, layer in enumerate(self.layers):
             gates_x = self.table[tokens] if i == 0 else layer.gates_x(x)  # (B, G*H)
             layer_state = layer.step(gates_x, None if state is None else state[i])
-            x = states.hidden(layer_state)  # (B, H)
+            x = hidden(layer_state)  # (B, H)
             new_state.append(layer_state)
         if self.norm is not None:
             x = layer_norm(x, self.norm.weight, self.norm.bias, self.norm.eps)  # as the model's forward

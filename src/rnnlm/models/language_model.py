@@ -1,7 +1,8 @@
-"""The recurrent language model: embedding, stacked recurrent layers, optional LayerNorm, output.
+"""The recurrent language model: embedding, stacked recurrent layers, optional LayerNorm, output;
+and the LayerNorm whose gradients do not depend on the thread count.
 
 One interface for every model (`rnnlm.models.kinds`): `forward(tokens (B, T), state=None) ->
-(logits (B, T, V), state)`. The state is a tuple with one entry per layer (`rnnlm.models.state`);
+(logits (B, T, V), state)`. The state is a tuple with one entry per layer (`rnnlm.models.cells.base`);
 None means zeros. Stateless sampling calls it with `state=None` on the last token; stateful sampling
 feeds the prompt once and then one token at a time, passing the returned state back in.
 """
@@ -10,15 +11,15 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rnnlm.errors import ParamsError
 from rnnlm.models.cells import CELLS
 from rnnlm.models.config import ModelConfig
-from rnnlm.compute.layer_norm import layer_norm
 from rnnlm.compute.products import linear
-from rnnlm.models.state import ModelState
+from rnnlm.models.cells.base import ModelState
 
 
 class RecurrentLM(nn.Module):
@@ -77,7 +78,7 @@ class RecurrentLM(nn.Module):
                 x = self.between(x)
         if last_only:
             x = x[-1:]  # (1, B, H)
-        if self.norm is not None:  # its gradients the same at any thread count (compute/layer_norm.py)
+        if self.norm is not None:  # its gradients the same at any thread count (`layer_norm` below)
             x = layer_norm(x, self.norm.weight, self.norm.bias, self.norm.eps)
         return linear(x, self.head.weight, self.head.bias).transpose(0, 1), tuple(new_state)  # (B, T, V)
 
@@ -94,3 +95,40 @@ class RecurrentLM(nn.Module):
                 f"dropout {c.dropout} ({where})" + (", LayerNorm before the output" if c.layer_norm else ""),
                 "architecture: Embedding -> " + " -> ".join(type(layer).__name__ for layer in self.layers)
                 + (" -> LayerNorm" if c.layer_norm else "") + " -> Linear"]
+
+
+# ------------------------------------------------------------------ LayerNorm
+# PyTorch's CPU LayerNorm backward sums the weight's and the bias's gradients over the rows in one
+# partial sum per thread, then adds the partials: the same run gives other last bits at another
+# thread count. It is the only operation of our training step that does (every cell, the products,
+# the loss, the clipping norm and AdamW give the same bits at one thread and at two;
+# tests/test_threads.py checks), and it would stop a run from changing its thread count as other
+# runs come and go without changing its checkpoint (`rnnlm.compute.threads`). So `layer_norm`
+# computes the forward pass with PyTorch's own kernel (the same bits as `F.layer_norm`) and, on the
+# CPU, the backward pass with PyTorch's kernel for the input's gradient (one row at a time, whatever
+# the threads) and column sums for the weight's and bias's gradients (a sum over the leading
+# dimension splits over the columns, never inside one). On other devices it is `F.layer_norm`.
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+        y, mean, rstd = torch.native_layer_norm(x, weight.shape, weight, bias, eps)  # mean, rstd (..., 1)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        dx, _, _ = torch.ops.aten.native_layer_norm_backward(grad, x, weight.shape, mean, rstd, weight, bias,
+                                                             [True, False, False])
+        width = x.shape[-1]
+        rows, grads = x.reshape(-1, width), grad.reshape(-1, width)  # (N, H)
+        normalized = (rows - mean.reshape(-1, 1)) * rstd.reshape(-1, 1)  # (N, H)
+        return dx, (grads * normalized).sum(0), grads.sum(0), None
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm over the last dimension of x (..., H) with weight and bias (H,); see the module."""
+    if x.device.type != "cpu" or not torch.is_grad_enabled():
+        return F.layer_norm(x, weight.shape, weight, bias, eps)
+    return _LayerNorm.apply(x, weight, bias, eps)

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rnnlm.compute import cpu, gemm_choice
+from rnnlm.compute import backend, cpu
 from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.errors import TrainingError
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.models.kinds import count_parameters
-from rnnlm.models.state import from_lists, to_lists
+from rnnlm.models.cells.base import from_lists, to_lists
 from rnnlm.scale import quick
 from rnnlm.timing import StageClock, part_of
 from rnnlm.training.parts import Parts
@@ -57,9 +57,9 @@ def processor_name(device: torch.device) -> str:
 
 
 def products_gemm(device: torch.device) -> str:
-    """The libraries that run the float32 matrix products on `device` (`rnnlm.compute.gemm_choice.gemm_for`):
+    """The libraries that run the float32 matrix products on `device` (`rnnlm.compute.backend.gemm_for`):
     "mkl", "onednn", or "LARGE:NARROW" on the CPU, "cublas" on CUDA."""
-    gemms = gemm_choice.gemm_for(device)
+    gemms = backend.gemm_for(device)
     return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
 
 

@@ -37,21 +37,9 @@ class RunSettings:
     seed: int
     device: torch.device
     params: dict[str, Any]  # params.yaml as the checkpoint records it (`as_dict`)
-
-    @property
-    def epochs(self) -> int:
-        return self.entry.epochs
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """The entry's steps per epoch at the run's scale (`train.steps_scale`)."""
-        return steps_per_epoch(self.entry.steps_per_epoch, self.train.steps_scale)
-
-    @property
-    def carried(self) -> bool:
-        """Whether the state goes from window to window (`train.state: carried`; never for the
-        fixed-window model: `training_settings` refuses it)."""
-        return self.train.state == "carried"
+    epochs: int  # the entry's
+    steps_per_epoch: int  # the entry's at the run's scale (`train.steps_scale`)
+    carried: bool  # the state goes from window to window (`train.state: carried`; never for the fixed-window model)
 
     def identity(self) -> dict[str, Any]:
         """What names the run among others in its resume key, with its tokenizer and data: the model,
@@ -65,4 +53,5 @@ def run_settings(params: Params, name: str, vocab_size: int, device: torch.devic
     on `device` (None: the one `device_for` gives for its training settings)."""
     entry, train = params.models[name], training_settings(params, name)
     return RunSettings(name, entry, entry.model_config(vocab_size), train, params.seed,
-                       device if device is not None else device_for(train), as_dict(params))
+                       device if device is not None else device_for(train), as_dict(params), entry.epochs,
+                       steps_per_epoch(entry.steps_per_epoch, train.steps_scale), train.state == "carried")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rnnlm.errors import RnnlmError
-from rnnlm.models.state import ModelState, detached
+from rnnlm.models.cells.base import ModelState, detached
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: torch.device,

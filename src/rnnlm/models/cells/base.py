@@ -12,7 +12,7 @@ Triton kernels for CUDA. `rnnlm.models.cells.CELLS` registers the specs; everyth
 
 Layer in:  x (B, T, I), state (None means zeros), optional dropout masks (T, B, H).
 Layer out: outputs (B, T, H) (the hidden state of every step) and the final state (see
-`rnnlm.models.state` for its format). Two forms compute the same function:
+the state's format below). Two forms compute the same function:
 
 - `reference_forward`: the cell's `recur`, one time step after another, through autograd
   (`autograd_scan`);
@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -48,8 +48,65 @@ from torch import Tensor, nn
 from rnnlm.compute import backend
 from rnnlm.errors import RnnlmError
 from rnnlm.compute.products import linear, t_addmm, t_mm
-from rnnlm.models import state as states
-from rnnlm.models.state import LayerState
+
+# ------------------------------------------------------------------ the state's format
+# A layer's state is its `entries`: h alone for the GRU and the tanh RNN (1 entry), h and c for the
+# LSTM (2 entries), each (B, H); a cell declares how many (`Cell.state_entries`). In the Python API
+# a one-entry state is the tensor h itself and a two-entry state the tuple (h, c); a model's state is
+# a tuple with one layer state per layer, and None means zeros everywhere. The compiled C++ step
+# takes the same state as one list of entries per layer (an empty list: zeros). Owned here and
+# nowhere else.
+
+LayerState = Union[Tensor, tuple[Tensor, ...]]
+"""h (B, H), or (h, c) each (B, H)."""
+
+ModelState = tuple[LayerState, ...]
+"""One `LayerState` per layer, bottom first."""
+
+
+def zeros(entries: int, batch: int, hidden: int, like: Tensor) -> LayerState:
+    """A zero layer state of `entries` tensors (B, H) with `like`'s dtype and device."""
+    if entries == 1:
+        return like.new_zeros(batch, hidden)
+    return tuple(like.new_zeros(batch, hidden) for _ in range(entries))
+
+
+def hidden(state: LayerState) -> Tensor:
+    """The h of a layer state: what the layer outputs and the layer above reads."""
+    return state[0] if isinstance(state, tuple) else state
+
+
+def with_hidden(state: LayerState, h: Tensor) -> LayerState:
+    """The same layer state with h replaced (dropout acts on h alone)."""
+    return (h, *state[1:]) if isinstance(state, tuple) else h
+
+
+def entries(state: LayerState) -> list[Tensor]:
+    """A layer state as its list of entries: [h] or [h, c]."""
+    return list(state) if isinstance(state, tuple) else [state]
+
+
+def from_entries(tensors) -> LayerState:
+    """The inverse of `entries`."""
+    tensors = tuple(tensors)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+def to_lists(state: ModelState | None) -> list[list[Tensor]]:
+    """A model state as the compiled step takes it: one list of entries per layer; None -> []."""
+    return [] if state is None else [entries(layer) for layer in state]
+
+
+def from_lists(lists) -> ModelState:
+    """The inverse of `to_lists` for a state that is not None."""
+    return tuple(from_entries(layer) for layer in lists)
+
+
+def detached(state: ModelState) -> ModelState:
+    """The same state cut from the graph that made it: what a window hands the next when the state
+    is carried through training (the gradient stops at the window's start)."""
+    return tuple(from_entries(t.detach() for t in entries(layer)) for layer in state)
+
 
 # The activations' derivatives from their outputs, written into a given tensor (the Python backward
 # loops reuse their buffers): sigmoid_backward(grad, y, grad_input=out) = grad * y * (1 - y),
@@ -103,7 +160,7 @@ class Cell(nn.Module):
         uniform_(self.weight_hh, self.hidden_size)
 
     def zero_state(self, batch: int, like: Tensor) -> LayerState:
-        return states.zeros(self.state_entries, batch, self.hidden_size, like)
+        return zeros(self.state_entries, batch, self.hidden_size, like)
 
     def input_bias(self) -> Tensor:
         """(G*H): every bias of a gate's pre-activation, summed (the GRU folds in its extra r/z biases)."""
@@ -240,8 +297,8 @@ def autograd_scan(cell: Cell, products: Tensor, state: LayerState,
     for gates_x, mask in zip(products.unbind(0), steps_of(masks, products.shape[0])):
         state = cell.recur(gates_x + bias, state)
         if mask is not None:
-            state = states.with_hidden(state, states.hidden(state) * mask)
-        outputs.append(states.hidden(state))
+            state = with_hidden(state, hidden(state) * mask)
+        outputs.append(hidden(state))
     return torch.stack(outputs), state
 
 
@@ -379,8 +436,8 @@ class LayerStep:
     def step(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
         """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""
         if state is None:
-            state = states.zeros(self.state_entries, gates_x.shape[0], self.hidden_size, gates_x)
+            state = zeros(self.state_entries, gates_x.shape[0], self.hidden_size, gates_x)
         if self.loops is None:
             return self.cell.recur(gates_x, state)
-        new = self.loops.step(gates_x, *states.entries(state), *self.hidden_t)  # h, or (h, c)
+        new = self.loops.step(gates_x, *entries(state), *self.hidden_t)  # h, or (h, c)
         return new if isinstance(new, Tensor) else tuple(new)

@@ -5,23 +5,23 @@
     PYTHONPATH=src python benchmarks/context_cost.py --quick      # tiny shapes, seconds: checks it runs
 
 The context curve (`rnnlm.evaluation.context`) predicts each of 2,000 targets from exactly c tokens,
-for c = 1, 2, 4, ..., 1,024: 2,000 x 2,047 = 4.1 million token steps whatever the model, most of
+for c = 1, 2, 4, ..., 1,024: 2,000 x 2,047 = 4.1 million tokens read whatever the model, most of
 them in the long windows. Their arithmetic is fixed (a window starts from a zero state, so no two
 windows share work); what batching and the output layer decide is how close to the machine's
 matrix-product rate it runs. For each model (its real shapes, random weights: the cost does not
 depend on them) and each c of `--lengths`, min(2,000, `--tokens` / c) windows (as many as the curve
 has at short c, so that batches are as full as there) are scored two ways, side by side:
 
-- `before`: every window's logits at every step, 32,768 tokens per batch (how the curve was batched before);
-- `now`: `context_nll` as the evaluate stage runs it (the last step's logits alone, batches sized
+- `before`: every window's logits at every time step, 32,768 tokens per batch (how the curve was batched before);
+- `now`: `context_nll` as the evaluate stage runs it (the last time step's logits alone, batches sized
   by the model's width, at least `MIN_WINDOWS` windows).
 
 With `--batch-tokens N ...`, `context_nll` at N tokens a batch (at least `MIN_WINDOWS` windows) is
 timed beside them, one contender per N: what another width of batch would give, on `--device` (a
 GPU, where the batches sized for a CPU's caches leave thousands of short launches per window).
 
-A row gives each one's microseconds per token step (median over `--repeats` rounds), `now`'s speed-up,
-the floating-point operations a token step needs (the hidden-side products of every layer and the
+A row gives each one's microseconds per token (median over `--repeats` rounds), `now`'s speed-up,
+the floating-point operations a token needs (the hidden-side products of every layer and the
 input-side products of every layer but the first, which is a table lookup; the output layer once
 per window) and the share of the machine's float32 product rate (a 1,024^3 product, measured in
 the same run, `timing.measure_limit`) that `now` reaches.
@@ -54,20 +54,20 @@ RECURRENT_MODELS = ["rnn_alpha", "astra_alpha", "astra_beta", "astra_gamma", "sc
 
 @torch.no_grad()
 def before(model: LanguageModel, ids: torch.Tensor, positions: torch.Tensor, c: int) -> torch.Tensor:
-    """The context losses as the curve computed them before: 32,768 tokens per batch, every step's
+    """The context losses as the curve computed them before: 32,768 tokens per batch, every time step's
     logits, the last one read."""
     offsets = torch.arange(-c, 0)
     losses = []
-    step = max(1, 32768 // c)
-    for start in range(0, positions.numel(), step):
-        t = positions[start : start + step]
+    per_batch = max(1, 32768 // c)
+    for start in range(0, positions.numel(), per_batch):  # windows a batch
+        t = positions[start : start + per_batch]
         logits, _ = model(ids[t[:, None] + offsets])  # (b, c, V)
         losses.append(F.cross_entropy(full_precision(logits[:, -1]), ids[t], reduction="none"))
     return torch.cat(losses)
 
 
 def step_flops(model: LanguageModel, c: int) -> float:
-    """Floating-point operations per token step of a window of c tokens (see the module's text)."""
+    """Floating-point operations per token of a window of c tokens (see the module's text)."""
     macs = 0
     for i, layer in enumerate(model.layers):
         macs += layer.cell.weight_hh.numel() + (layer.cell.weight_ih.numel() if i > 0 else 0)
@@ -101,11 +101,11 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], float]:
             rows.append({"model": name, "c": c, "targets": targets,
                          "windows_per_batch": min(targets, max(MIN_WINDOWS, batch_tokens_for(model) // c)),
                          "before_us": seconds["before"] / tokens * 1e6, "now_us": seconds["now"] / tokens * 1e6,
-                         "flops_per_step": flops, "now_gflops": flops * tokens / seconds["now"] / 1e9,
+                         "flops_per_token": flops, "now_gflops": flops * tokens / seconds["now"] / 1e9,
                          "other_us": {n: seconds[f"{n} tokens"] / tokens * 1e6 for n in args.batch_tokens}})
             others = "".join(f", {n} tokens a batch {us:.2f} us" for n, us in rows[-1]["other_us"].items())
-            print(f"{name} c={c}: before {rows[-1]['before_us']:.2f} us, now {rows[-1]['now_us']:.2f} us per token "
-                  f"step{others} ({rows[-1]['now_gflops']:.0f} GFLOP/s of {limit:.0f})", flush=True)
+            print(f"{name} c={c}: before {rows[-1]['before_us']:.2f} us, now {rows[-1]['now_us']:.2f} us per token"
+                  f"{others} ({rows[-1]['now_gflops']:.0f} GFLOP/s of {limit:.0f})", flush=True)
     return rows, limit
 
 
@@ -113,17 +113,17 @@ def markdown(report: dict) -> str:
     lines = ["# What the context curve costs", "",
              f"Written by `benchmarks/context_cost.py` on {report['machine_line']}: per model (random weights, "
              f"real shapes) and context length c, min(2,000, {report['tokens']:,} / c) windows scored the way the curve was batched "
-             f"before (every step's logits, 32,768 tokens a batch) and now (the last step's logits, batches by the "
+             f"before (every time step's logits, 32,768 tokens a batch) and now (the last time step's logits, batches by the "
              f"model's width), side by side, median of {report['repeats']} rounds. A full curve is 2,000 targets "
-             f"for each c of 1, 2, ..., 1,024: 4.1 million token steps. The machine's float32 product rate, measured "
+             f"for each c of 1, 2, ..., 1,024: 4.1 million tokens read. The machine's float32 product rate, measured "
              f"in the same run: {report['limit_gflops']:.0f} GFLOP/s.", "",
-             "| model | c | windows | windows a batch | before, us per token step | now | speed-up | FLOP per token step "
+             "| model | c | windows | windows a batch | before, us per token | now | speed-up | FLOP per token "
              "| now, GFLOP/s | share of the product rate |" + "".join(f" {n:,} tokens a batch, us |" for n in
                                                                       report.get("batch_tokens", [])),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(report.get("batch_tokens", []))]
     for r in report["rows"]:
         lines.append(f"| {r['model']} | {r['c']} | {r['targets']} | {r['windows_per_batch']} | {r['before_us']:.2f} | {r['now_us']:.2f} "
-                     f"| {r['before_us'] / r['now_us']:.2f}x | {r['flops_per_step'] / 1e6:.3g} M "
+                     f"| {r['before_us'] / r['now_us']:.2f}x | {r['flops_per_token'] / 1e6:.3g} M "
                      f"| {r['now_gflops']:.0f} | {r['now_gflops'] / report['limit_gflops']:.0%} |"
                      + "".join(f" {us:.2f} |" for us in r.get("other_us", {}).values()))
     return "\n".join(lines) + "\n"
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=RECURRENT_MODELS)
     parser.add_argument("--lengths", nargs="+", type=int, default=[16, 128, 1024])
-    parser.add_argument("--tokens", type=int, default=65536, help="token steps per c at most (fewer windows at long c)")
+    parser.add_argument("--tokens", type=int, default=65536, help="tokens read per c at most (fewer windows at long c)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shrink", type=int, default=1, help="divide the model widths by this")
     parser.add_argument("--limit-size", type=int, default=1024, help="the side of the product that sets the rate")

@@ -8,7 +8,7 @@
   GRU is a different function (reset gate after the matrix, hidden-side biases), so it is a speed
   reference only, never a correctness one.
 
-Both take tokens (B, T) and return logits (B, T, V), and expose `step(tokens (B,), state)` for
+Both take tokens (B, T) and return logits (B, T, V), and expose `advance(tokens (B,), state)` for
 stateful sampling, the state carried as each one naturally does; `sample_like_the_study` picks
 their next tokens the way the study's sampling code does.
 """
@@ -132,7 +132,7 @@ class StepByStepLM(nn.Module):
             x = torch.stack(outputs, dim=1)  # (B, T, H)
         return self.head(self.norm(x))
 
-    def step(self, tokens: Tensor, state: list | None) -> tuple[Tensor, list]:
+    def advance(self, tokens: Tensor, state: list | None) -> tuple[Tensor, list]:
         x = self.embedding(tokens)  # (B, E)
         new_state = []
         for i, cell in enumerate(self.cells):
@@ -158,7 +158,7 @@ class TorchLM(nn.Module):
         x, _ = self.recurrent(self.embedding(tokens))  # (B, T, H)
         return self.head(self.norm(x))
 
-    def step(self, tokens: Tensor, state) -> tuple[Tensor, object]:
+    def advance(self, tokens: Tensor, state) -> tuple[Tensor, object]:
         x, state = self.recurrent(self.embedding(tokens)[:, None], state)  # (B, 1, H)
         return self.head(self.norm(x[:, 0])), state
 

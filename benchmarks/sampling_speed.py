@@ -36,7 +36,7 @@ def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device
             token = torch.zeros(batch, dtype=torch.long, device=device)
             state = None
             for _ in range(new_tokens):
-                logits, state = model.step(token, state)
+                logits, state = model.advance(token, state)
                 token = sample_like_the_study(logits, decoding.temperature, generator)
 
         return run
@@ -53,8 +53,8 @@ def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device
 
 
 def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[[], None]:
-    """A closure doing only the per-token matrix products of `model`'s step, on the matrices as the
-    step reads them (transposed views of the weights): (batch, H) x (H, G*H) per hidden-side and
+    """A closure doing only the per-token matrix products of `model`'s advance, on the matrices as the
+    advance reads them (transposed views of the weights): (batch, H) x (H, G*H) per hidden-side and
     upper input-side matrix, (batch, H) x (H, V) for the head. The first layer's input side is a
     table lookup; a vector recurrence has no hidden-side product."""
     matrices = [layer.cell.weight_hh for layer in model.layers if layer.cell.recurrence == "matrix"]

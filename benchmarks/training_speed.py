@@ -62,13 +62,13 @@ def autograd_training_step(config: ModelConfig, tokens: Tensor, targets: Tensor,
     return lambda: step(tokens, targets)
 
 
-def step_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], Tensor]:
-    """x (batch, K) -> x W^T for W (N, K), as a scan runs it: the library's own `StepProduct`
-    (cells/kernels.cpp: the per-step GEMM, W packed once for a long enough sequence) where the
+def narrow_products(weight: Tensor, batch: int, steps: int) -> Callable[[Tensor], Tensor]:
+    """x (batch, K) -> x W^T for W (N, K), as a scan runs it: the library's own `NarrowProduct`
+    (compute/cpp/kernels.cpp: the narrow GEMM, W packed once for a long enough sequence) where the
     compiled loops run, else ATen's product."""
     compiled = backend.compiled_for(weight.device)
     if compiled is not None:
-        return compiled.StepProduct(weight.contiguous(), batch, steps)
+        return compiled.NarrowProduct(weight.contiguous(), batch, steps)
     return lambda x: torch.mm(x, weight.T)
 
 
@@ -91,7 +91,7 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
 
     x, grad_out = rand(n, hidden), rand(n, vocab)  # a layer's input and output (N, H); d logits (N, V)
     table_grad = rand(vocab, model.layers[0].cell.weight_ih.shape[0])  # d first-layer table (V, G*H)
-    h_step = rand(batch, hidden)  # one step's state (batch, H)
+    h_t = rand(batch, hidden)  # one time step's state (batch, H)
     macs = 0
     large: list[Callable[[], Tensor]] = []
     scans: list[list[tuple[Tensor, Tensor]]] = []  # per layer, per product: (weight (k H, H), its d output (batch, k H))
@@ -124,11 +124,11 @@ def training_products_alone(model: RecurrentLM, batch: int, steps: int) -> tuple
             for product in large:
                 product()
             for products in scans:  # packed per sequence, as the scans pack them
-                forward = [step_products(w, batch, steps) for w, _ in products]
+                forward = [narrow_products(w, batch, steps) for w, _ in products]
                 for _ in range(steps):
                     for product in forward:
-                        product(h_step)
-                backward = [(step_products(w.T, batch, steps), grad) for w, grad in products]
+                        product(h_t)
+                backward = [(narrow_products(w.T, batch, steps), grad) for w, grad in products]
                 for _ in range(steps):
                     for product, grad in backward:
                         product(grad)

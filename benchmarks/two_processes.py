@@ -22,7 +22,7 @@ Each is timed alone (every core), then as two processes started together, in thr
 
 A row gives, per process, its median seconds and the share of its speed alone it kept (alone / with
 the other). A pair that has not finished after `--patience` times its time alone is stopped and
-reported as such. `--crossover` times one per-step product (the compiled `StepProduct`, the
+reported as such. `--crossover` times one per-step product (the compiled `NarrowProduct`, the
 per-step GEMM this machine uses) on the calling thread and on the thread pool, alone, over batch
 sizes and the models' hidden sizes: where the pool starts to pay is the rule's threshold.
 """
@@ -182,7 +182,7 @@ def measure_crossover(args) -> list[dict]:
     for hidden, gates in shapes:
         for batch in (1, 4, 16, 64):
             weight, x = torch.randn(gates * hidden, hidden), torch.randn(batch, hidden)
-            product = compiled.StepProduct(weight, batch, 100)
+            product = compiled.NarrowProduct(weight, batch, 100)
             calls = _calls_for(lambda: product(x), ROUND_S)
             timed = {1: [], pool: []}
             for _ in range(5):

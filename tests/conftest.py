@@ -210,8 +210,8 @@ def sentencepiece_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(params=["python", "cpp-mkl", "cpp-onednn", "triton"])
 def backend(request, monkeypatch, gemm):
-    """Run the test once with each backend of the per-step loops (training scans, sampling steps, the
-    whole model's step and the generation loop): the Python loops (ATen calls), the compiled C++
+    """Run the test once with each backend of the per-step loops (training scans, sampling advances, the
+    whole model's advance and the generation loop): the Python loops (ATen calls), the compiled C++
     ones (what the CPU runs) with each of the two float32 GEMMs (MKL, oneDNN: the large products
     of `rnnlm.compute.products` follow too), and the Triton ones (what CUDA runs; here in Triton's
     interpreter, on CPU tensors). A failed C++ build fails here. float64 products always run ATen's

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rnnlm.models.cells.base import CellSpec, LayerStep, Loops, grad_into_state, steps_of
+from rnnlm.models.cells.base import CellSpec, LayerAdvance, Loops, grad_into_state, steps_of
 from rnnlm.models.cells.rnn import RNNCell, RNNLayer
 
 
@@ -52,7 +52,7 @@ def backward(grad_hs, weight_hh, activations, masks):
     return grad_h
 
 
-def step(gates_x, h, hh_t):
+def advance(gates_x, h, hh_t):
     return softsign_(torch.addmm(gates_x, h, hh_t))
 
 
@@ -62,5 +62,5 @@ class SoftsignLayer(RNNLayer):
     cell_class = SoftsignCell
 
 
-SPEC = CellSpec(name="softsign_rnn", layer=SoftsignLayer, layer_step=LayerStep,
-                python_loops=Loops(forward, backward, step))
+SPEC = CellSpec(name="softsign_rnn", layer=SoftsignLayer, layer_advance=LayerAdvance,
+                python_loops=Loops(forward, backward, advance))

@@ -106,7 +106,7 @@ def test_gru_step_applies_the_reset_gate_before_the_matrix():
     r = torch.sigmoid(torch.tensor([10.0, -10.0]))
     candidate = torch.tanh(torch.stack([r[1] * -0.8, r[0] * 0.6]))  # W_h (r * h)
     expected = 0.5 * h + 0.5 * candidate
-    torch.testing.assert_close(cell.step(torch.zeros(1, 1), h), expected)
+    torch.testing.assert_close(cell.advance(torch.zeros(1, 1), h), expected)
     # PyTorch's GRU would compute r * (W_h h): (1 * -0.8, ~0 * 0.6), a different state
     pytorch_style = 0.5 * h + 0.5 * torch.tanh(r * torch.tensor([-0.8, 0.6]))
     assert not torch.allclose(expected, pytorch_style, atol=1e-3)

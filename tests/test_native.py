@@ -52,7 +52,7 @@ def test_cpu_tensors_get_each_cells_compiled_loops_and_a_cell_without_them_its_p
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert loops_for(spec, torch.zeros(1)) is spec.python_loops  # said once
-        assert backend.compiled_for(torch.device("cpu"), name) is None  # so sampling steps in Python too
+        assert backend.compiled_for(torch.device("cpu"), name) is None  # so sampling advances in Python too
     assert all(callable(f) for f in spec.python_loops)
 
 
@@ -134,11 +134,11 @@ def test_the_units_apart_build_compiles_each_unit_under_a_name_of_its_own(monkey
     assert [Path(s).name for s in one["sources"]] == [f"{one['name']}.cpp"]
 
 
-def test_an_unknown_cell_is_refused_by_the_compiled_stepper():
+def test_an_unknown_cell_is_refused_by_the_compiled_advancer():
     compiled = build.compiled()
     known = ", ".join(sorted(name for name in CELLS if backend.has_compiled_loops(compiled, name)))
     with pytest.raises(RuntimeError, match=f"unknown cell bogus; the compiled cells are {known}"):
-        compiled.Stepper("bogus", torch.zeros(3, 3), [], [], [[]], None, None, 0.0, torch.zeros(1, 3), torch.zeros(3))
+        compiled.Advancer("bogus", torch.zeros(3, 3), [], [], [[]], None, None, 0.0, torch.zeros(1, 3), torch.zeros(3))
 
 
 def test_a_contiguity_violation_is_refused_by_the_compiled_loops():
@@ -242,10 +242,10 @@ def test_small_per_step_products_run_on_the_calling_thread_and_give_the_pool_bac
         for batch, hidden in ((1, 64), (16, 256)):  # 12,288 and 3,145,728 multiply-adds: under and over
             weight, x = torch.randn(3 * hidden, hidden), torch.randn(batch, hidden)
             assert compiled.on_calling_thread(batch * 3 * hidden * hidden) == (batch == 1)
-            got = compiled.StepProduct(weight, batch, 8)(x)
+            got = compiled.NarrowProduct(weight, batch, 8)(x)
             assert torch.get_num_threads() == 2  # the team's size given back after the product
             torch.testing.assert_close(got.double(), x.double() @ weight.double().T, rtol=1e-5, atol=1e-5)
-            compiled.StepProduct(weight, batch, 1)(x)  # unpacked (a one-step sequence): the same rule
+            compiled.NarrowProduct(weight, batch, 1)(x)  # unpacked (a one-step sequence): the same rule
             assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
@@ -262,7 +262,7 @@ def test_the_cpu_features_are_read_from_the_machine():
 
 @pytest.mark.parametrize("gemms", [("mkl", "mkl"), ("onednn", "onednn"), ("mkl", "onednn")])
 def test_each_kind_of_product_follows_its_library(gemms, gemm):
-    """The switch reaches every product: a float32 scan's per-step products and the sampling step
+    """The switch reaches every product: a float32 scan's per-step products and the sampling advance
     (C++), and the large products with their gradients (Python) call the chosen library's op for
     their kind (as the profiler sees them), and give the numbers of the float64 reference."""
     from torch.profiler import ProfilerActivity, profile
@@ -286,9 +286,9 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
         return {library for library, library_ops in ops.items() if names & library_ops}
 
     assert used(lambda: loops.forward(products.clone(), h0, weight_hh, bias, None)) == {choice.narrow}
-    # a sampling step with products of at least 2^19 multiply-adds (smaller ones stay on ATen's GEMM)
+    # a sampling advance with products of at least 2^19 multiply-adds (smaller ones stay on ATen's GEMM)
     gates_x, h, step_hh = torch.randn(64, 3 * 128), torch.randn(64, 128), torch.randn(3 * 128, 128)
-    assert used(lambda: loops.step(gates_x, h, step_hh[: 2 * 128].T, step_hh[2 * 128 :].T)) == {choice.narrow}
+    assert used(lambda: loops.advance(gates_x, h, step_hh[: 2 * 128].T, step_hh[2 * 128 :].T)) == {choice.narrow}
     x, w = torch.randn(1024, 64), torch.randn(512, 64)
     assert used(lambda: linear(x, w)) == {choice.large}
     assert used(lambda: t_mm(x, torch.randn(1024, 512))) <= {choice.large}  # oneDNN's matmul is no op: unseen

@@ -198,49 +198,49 @@ def _has_compiled_loops(cell: str) -> bool:
 
 
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
-def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(config):
-    from rnnlm.inference.stepping import Stepper
+def test_the_compiled_advance_gives_the_python_advances_logits_bit_for_bit(config):
+    from rnnlm.inference.advancing import Advancer
     from rnnlm.models.cells.base import entries
 
-    stepper = Stepper(_float32_model(config))
+    advancer = Advancer(_float32_model(config))
     if not _has_compiled_loops(config.cell):
-        assert stepper.compiled is None  # a cell without compiled loops steps through its Python loops
+        assert advancer.compiled is None  # a cell without compiled loops advances through its Python loops
         return
-    python_stepper = Stepper(_float32_model(config))
-    python_stepper.compiled = None  # its own loop over the layers, with the compiled layer steps
+    python_advancer = Advancer(_float32_model(config))
+    python_advancer.compiled = None  # its own loop over the layers, with the compiled layer advances
     tokens = torch.tensor([3, 0, 10])
     state = python_state = None
     for _ in range(4):
-        logits, state = stepper(tokens, state)
-        python_logits, python_state = python_stepper(tokens, python_state)
+        logits, state = advancer(tokens, state)
+        python_logits, python_state = python_advancer(tokens, python_state)
         assert torch.equal(logits, python_logits)
         tokens = logits.argmax(-1)
     flat, python_flat = [t for s in state for t in entries(s)], [t for s in python_state for t in entries(s)]
     assert all(torch.equal(a, b) for a, b in zip(flat, python_flat, strict=True))
 
 
-def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products(gemm):
+def test_the_compiled_advance_equals_the_python_advance_where_onednn_runs_the_products(gemm):
     """The same, with layers wide enough that the per-step products (upper input sides with their
     bias, hidden sides, the head with its bias) reach oneDNN's size threshold, with oneDNN chosen for
     them: both add each bias after oneDNN's product, so the logits stay equal bit for bit."""
     from torch.profiler import ProfilerActivity, profile
 
     from rnnlm.compute import backend
-    from rnnlm.inference.stepping import Stepper
+    from rnnlm.inference.advancing import Advancer
 
     if not backend.onednn_available():
         pytest.skip("this PyTorch has no oneDNN linear op")
     gemm("mkl:onednn")
     config = ModelConfig("lstm", vocab_size=700, embd=16, hidden=256, layers=2, layer_norm=True)
-    stepper, python_stepper = Stepper(_float32_model(config)), Stepper(_float32_model(config))
-    assert stepper.compiled is not None, "the C++ code did not build"
-    python_stepper.compiled = None
+    advancer, python_advancer = Advancer(_float32_model(config)), Advancer(_float32_model(config))
+    assert advancer.compiled is not None, "the C++ code did not build"
+    python_advancer.compiled = None
     tokens, state, python_state = torch.tensor([3, 0, 10]), None, None  # 3 x 256 x 4H: past 2^19 multiply-adds
     for _ in range(3):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            python_logits, python_state = python_stepper(tokens, python_state)
+            python_logits, python_state = python_advancer(tokens, python_state)
         assert "mkldnn::_linear_pointwise" in {event.name for event in prof.events()}
-        logits, state = stepper(tokens, state)
+        logits, state = advancer(tokens, state)
         assert torch.equal(logits, python_logits)
         tokens = logits.argmax(-1)
 
@@ -249,22 +249,22 @@ def test_the_compiled_step_equals_the_python_step_where_onednn_runs_the_products
 @pytest.mark.parametrize("config", STEPPING_CONFIGS, ids=lambda c: c.cell)
 def test_the_compiled_loop_picks_the_python_loops_ids(config, mode):
     from rnnlm.inference.generation import generation_loop
-    from rnnlm.inference.stepping import Stepper
+    from rnnlm.inference.advancing import Advancer
 
     model = _float32_model(config)
-    stepper = Stepper(model)
-    assert (stepper.compiled is not None) == _has_compiled_loops(config.cell)  # else generate runs the Python loop
+    advancer = Advancer(model)
+    assert (advancer.compiled is not None) == _has_compiled_loops(config.cell)  # else generate runs the Python loop
     stateful = mode == "stateful"
     for decoding in DECODINGS:
         for batch in (1, 3):
             prompt = torch.tensor([[4, 7, 1]]).expand(batch, -1)  # vocabulary of 11
             with torch.inference_mode():
-                logits, state = model(prompt) if stateful else stepper(prompt[:, -1])
+                logits, state = model(prompt) if stateful else advancer(prompt[:, -1])
             logits = logits[:, -1] if stateful else logits
             seen = []
             by_cpp = generate(model, [4, 7, 1], mode=mode, decoding=decoding, max_new_tokens=30, num_samples=batch,
                               generator=make_generator(batch), on_token=seen.append)
-            by_python = generation_loop(stepper, logits, state, stateful=stateful, decoding=decoding,
+            by_python = generation_loop(advancer, logits, state, stateful=stateful, decoding=decoding,
                                         max_new_tokens=30, generator=make_generator(batch))
             assert torch.equal(by_cpp, by_python), (decoding, batch)
             assert torch.equal(torch.stack(seen, dim=1), by_cpp)

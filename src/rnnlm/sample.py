@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="the text to continue")
     source.add_argument("--prompt-file", type=Path, help="a UTF-8 file whose whole content is the prompt")
-    parser.add_argument("--mode", choices=MODES, default="stateful", help="carry the state (default) or reset it every step")
+    parser.add_argument("--mode", choices=MODES, default="stateful", help="carry the state (default) or reset it before every token")
     parser.add_argument("--strategy", choices=STRATEGIES, default="top_k", help="how the next token is picked (default top_k)")
     parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (default 1.0)")
     parser.add_argument("--top-k", type=int, default=30, help="k for --strategy top_k (default 30)")

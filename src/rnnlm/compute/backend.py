@@ -1,44 +1,23 @@
 """The one switch that decides where the arithmetic runs: which loops run the recurrences, and
-which float32 GEMM library each matrix product on the CPU runs through. Everything asks it.
+which float32 GEMM library runs each matrix product on the CPU. Everything asks it.
 
-**Loops** (`backend_for(device)`):
-- "cpp": the compiled C++ loops (`rnnlm.compute.build`): on the CPU, when the build succeeds;
-- "triton": each time step's elementwise work fused into Triton kernels, products in cuBLAS: on
-  CUDA, when Triton imports;
-- "python": the cells' Python loops over ATen calls: the reference, and what runs everywhere else
-  (other devices, `RNNLM_NATIVE=0`, a failed build, no Triton; each failure warns once).
+In:  a device; for the loops a cell's `CellSpec`, for a product its tensor and size.
+Out: `backend_for(device)`, the loops' backend:
+     - "cpp": the compiled C++ loops (`rnnlm.compute.build`), on the CPU when the build succeeds;
+     - "triton": each time step's elementwise work fused into Triton kernels, products in cuBLAS,
+       on CUDA when Triton imports;
+     - "python": the cells' Python loops over ATen calls: the reference, and everything else (other
+       devices, `RNNLM_NATIVE=0`, a failed build, no Triton; each failure warns once);
+     `loops(spec, device)`, a cell's loops there (a cell without loops of that backend gets its
+     Python loops, with one note); `compiled_for(device, cell)`, the compiled module where "cpp" runs;
+     `gemm_for(device)`, a `Gemms`: MKL or oneDNN (both exact float32) for the large products and for
+     the narrow ones, by `choose_gemm`'s rule for this CPU; `onednn_for(tensor, macs, narrow)`,
+     whether one product runs through oneDNN.
 
-`loops(spec, device)` hands a cell its loops for a device (through
-`rnnlm.models.cells.base.loops_for`): a cell without compiled or Triton loops of its own gets its
-Python loops, with one note saying so; `compiled_for(device, cell)` gives the compiled module (the
-whole-model sampling step and generation loop) where "cpp" runs and the cell has compiled loops.
-Tests choose the loops by replacing `backend_for` (fixtures in `tests/conftest.py`).
-
-**GEMMs** (`gemm_for(device)`, a `Gemms`): MKL or oneDNN, both exact float32, for each of two kinds
-of product:
-- `large`: the products over all T*B rows of a sequence (each layer's input products, the output
-  layer, the weight gradients: `rnnlm.compute.products`), most of a training step's work;
-- `narrow`: the products of one time step, B rows (the scans' hidden-side products, every product
-  of sampling one token: the compiled loops and the Python stepper).
-
-`onednn_for(tensor, macs, narrow)` says whether one product runs through oneDNN: float32 on the
-CPU, oneDNN chosen for its kind, and at least `MIN_ONEDNN_MACS` multiply-adds. The compiled code
-receives the narrow choice and both thresholds in one call (`tell`), when it first loads and
-whenever `use_gemm` changes the choice. The rule (`choose_gemm`) reads the CPU's vendor and
-whether it has AVX-512 (`rnnlm.compute.cpu`; each choice timed side by side per machine in
-`reports/speed/`, `--gemm-choices`):
-
-- `RNNLM_GEMM=mkl`, `onednn`, or `LARGE:NARROW` (say `mkl:onednn`), if set (anything else is refused);
-- an Intel CPU: MKL for both, Intel's own library;
-- another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
-  AVX-512 there and oneDNN does;
-- another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
-  the narrow ones. oneDNN's matmul, which reads a transposed operand in place, also refuses float32
-  without AVX-512 there (`rnnlm.compute.products` then copies it).
-
-Either library falls back to the other when the PyTorch build lacks it. The same CPU always gives
-the same choice, so a machine's runs repeat themselves bit for bit. `use_gemm(gemms)` overrides the
-choice for the whole process (tests and benchmarks).
+The compiled code is told the narrow choice and both thresholds (`tell`) when it first loads and
+whenever `use_gemm` changes the choice (tests and benchmarks). The same CPU always gives the same
+choice, so a machine's runs repeat themselves bit for bit. Tests choose the loops by replacing
+`backend_for` (fixtures in `tests/conftest.py`).
 """
 
 from __future__ import annotations
@@ -119,7 +98,7 @@ def _triton_loops(spec):
 
 
 def loops(spec, device: torch.device):
-    """The loops (forward, backward, step) of the cell `spec` (a `CellSpec`) for `device`: the
+    """The loops (forward, backward, advance) of the cell `spec` (a `CellSpec`) for `device`: the
     compiled functions its C++ file registered (`NAME_forward`, ...), its Triton module's `LOOPS`,
     or its Python loops (with one note when the backend has none for this cell); None for a cell
     with no loops at all (its layer runs it through autograd)."""
@@ -167,10 +146,10 @@ bit. The one place this number lives; the compiled code receives it with the GEM
 
 
 class Gemms(NamedTuple):
-    """The float32 GEMM library ("mkl" or "onednn") of each kind of product (see the module doc)."""
+    """The float32 GEMM library ("mkl" or "onednn") of each kind of product."""
 
-    large: str  # the products over all T*B rows of a sequence
-    narrow: str  # the products of one time step (B rows)
+    large: str  # over all T*B rows of a sequence: input products, output layer, weight gradients (`products`)
+    narrow: str  # of one time step or one advance, B rows: the scans' hidden side, every product of sampling
 
     @classmethod
     def parse(cls, text: str) -> Gemms:
@@ -234,7 +213,7 @@ def onednn_for(tensor: torch.Tensor, macs: int | None, narrow: bool = False) -> 
     """Whether a float32 product on `tensor` runs through oneDNN: on the CPU, with oneDNN chosen for
     its kind (one time step's if `narrow`, else the large products'), and, for a single product of
     `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's narrow product,
-    whose weight serves every step of the sequence (packed once, `StepProduct` in kernels.cpp), so
+    whose weight serves every time step of the sequence (packed once, `NarrowProduct` in kernels.cpp), so
     it takes the chosen library whatever its size."""
     if tensor.dtype != torch.float32 or (macs is not None and macs < MIN_ONEDNN_MACS):
         return False
@@ -249,7 +228,16 @@ def _cpu_gemm(requested: str) -> Gemms:
 
 def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool) -> Gemms:
     """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
-    AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has."""
+    AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has. Each choice
+    is timed side by side per machine in `reports/speed/` (`benchmarks/speed.py --gemm-choices`):
+
+    - RNNLM_GEMM `mkl`, `onednn` or `LARGE:NARROW` (say `mkl:onednn`), if set (anything else is refused);
+    - an Intel CPU: MKL for both, Intel's own library;
+    - another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
+      AVX-512 there and oneDNN does;
+    - another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
+      the narrow ones (oneDNN's matmul also refuses float32 there: `rnnlm.compute.products` copies);
+    - a library this PyTorch lacks: the other one."""
     if requested:
         preferred = Gemms.parse(requested)
     elif vendor == "GenuineIntel":

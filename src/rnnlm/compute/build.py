@@ -4,7 +4,7 @@ Its sources are `rnnlm.compute.sources`'s units, each written to compile on its 
 shared header, `cpp/kernels.h`: the shared kernels and the registry of cells (`cpp/kernels.cpp`),
 each cell's loops (`rnnlm/models/cells/NAME.cpp`, added by that package; each registers itself under
 its cell's name, and a cell without one runs its Python loops), generation (`cpp/generation.cpp`: a
-whole model's step, the choice of the next token and the generation loop, dispatching each layer to
+whole model's advance, the choice of the next token and the generation loop, dispatching each layer to
 its cell through the registry) and the Python names (`cpp/bindings.cpp`). Nothing here imports model
 code. `compiled()` builds or loads them once per process; which loops run where is decided in
 `rnnlm.compute.backend`, not here.

@@ -16,7 +16,7 @@ The targets are a seeded sample (without replacement) of the positions that have
 max(c) tokens before them, so every c is measured on the same targets. For SentencePiece models c
 counts pieces; the curve also gives the mean number of characters the c pieces span. Everything is
 batched: all targets of one c go through the model as (targets, c) windows, a few thousand tokens
-per batch, the output layer only at each window's last step, and the losses stay on the device
+per batch, the output layer only at each window's last time step, and the losses stay on the device
 until the curve is read once.
 """
 
@@ -91,7 +91,7 @@ def target_positions(n_tokens: int, max_context: int, count: int, seed: int) -> 
 
 
 MIN_WINDOWS = 32
-"""Windows per batch at least: fewer make the per-step products of the long windows too thin to
+"""Windows per batch at least: fewer make the per-time-step products of the long windows too thin to
 keep the matrix units busy; more make a wide model's batch of long windows too large for the caches
 (benchmarks/context_cost.py measures both)."""
 
@@ -113,9 +113,9 @@ def context_nll(model: LanguageModel, ids: Tensor, positions: Tensor, c: int, ba
     model.eval()
     offsets = torch.arange(-c, 0)
     losses = []
-    step = max(MIN_WINDOWS, (batch_tokens or batch_tokens_for(model)) // c)
-    for start in range(0, positions.numel(), step):
-        t = positions[start : start + step]
+    per_batch = max(MIN_WINDOWS, (batch_tokens or batch_tokens_for(model)) // c)
+    for start in range(0, positions.numel(), per_batch):  # windows a batch
+        t = positions[start : start + per_batch]
         windows = ids[t[:, None] + offsets].to(device)  # (b, c)
         logits, _ = model(windows, last_only=True)  # (b, 1, V)
         losses.append(F.cross_entropy(full_precision(logits[:, 0]), ids[t].to(device), reduction="none"))

@@ -7,7 +7,7 @@ Out: the next ids (B,). Same seed, same ids on the CPU.
 same numbers from the generator and gives the same ids (tested). Their one difference, the last
 bit of an `exp` (C++'s against PyTorch's vectorised one), could move a draw across a boundary
 between two tokens with a probability of about 1e-16 per draw. The two inference modes and the loop
-that alternates a step and a pick are `rnnlm.inference.generation`'s.
+that alternates an advance and a pick are `rnnlm.inference.generation`'s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Generate text from a model in the two inference modes, one token at a time.
 
 Modes:
-- `stateless`: before every step the state is reset to zero and only the last token is fed, so
+- `stateless`: before every token the state is reset to zero and only the last token is fed, so
   nothing before the last token can influence the next one (the study's "Method 1");
 - `stateful`: the whole prompt is fed once, then one token at a time with the returned state
   passed back in (the study's "Method 2").
@@ -11,7 +11,7 @@ In:  a model, prompt ids, a `Decoding` (`rnnlm.inference.decoding`: how each tok
 Out: the new ids, (num_samples, max_new_tokens). Same seed, same ids on the CPU.
 
 Where the "cpp" backend runs, a recurrent model's loop after the prompt runs in C++ (`generation.cpp`,
-through `Stepper.compiled`); `generation_loop` here is its reference and what CUDA runs: the same
+through `Advancer.compiled`); `generation_loop` here is its reference and what CUDA runs: the same
 ids (tested).
 """
 
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from rnnlm.errors import RnnlmError
 from rnnlm.inference.decoding import Decoding, SamplingError, pick
-from rnnlm.inference.stepping import Stepper, make_step
+from rnnlm.inference.advancing import Advancer, make_advancer
 from rnnlm.models.cells.base import to_lists
 from rnnlm.models.kinds import LanguageModel
 
@@ -70,7 +70,7 @@ def generate(
 ) -> Tensor:
     """`num_samples` continuations of `prompt`, (num_samples, max_new_tokens); see the module doc.
 
-    `on_token` is called with each step's new ids (num_samples,) as soon as they are picked.
+    `on_token` is called with each token's new ids (num_samples,) as soon as they are picked.
     """
     check_request(prompt, mode, max_new_tokens, num_samples)
     decoding.validate(model.config.vocab_size)
@@ -81,34 +81,34 @@ def generate(
                          f"expected one on the model's device (make_generator(seed, device))")
     prompt_ids = torch.tensor(prompt, dtype=torch.long, device=device).expand(num_samples, -1)  # (N, P)
     stateful = mode == "stateful"
-    step = make_step(model)
+    advance = make_advancer(model)
     # Stateful: the whole prompt builds the state. Stateless: only the last token is ever seen.
     if stateful:
         logits, state = model(prompt_ids, None)
         logits = logits[:, -1]  # (N, V)
     else:
-        logits, state = step(prompt_ids[:, -1], None)
-    if isinstance(step, Stepper) and step.compiled is not None:
+        logits, state = advance(prompt_ids[:, -1], None)
+    if isinstance(advance, Advancer) and advance.compiled is not None:
         # The same loop in C++ (generation.cpp): at batch 1 a character then costs the model's
         # products and little else. The same ids.
-        return step.compiled.generate(logits, to_lists(state), stateful, max_new_tokens, decoding.strategy,
+        return advance.compiled.generate(logits, to_lists(state), stateful, max_new_tokens, decoding.strategy,
                                       decoding.temperature, decoding.top_k, decoding.top_p, generator, on_token)
-    return generation_loop(step, logits, state, stateful=stateful, decoding=decoding, max_new_tokens=max_new_tokens,
+    return generation_loop(advance, logits, state, stateful=stateful, decoding=decoding, max_new_tokens=max_new_tokens,
                            generator=generator, on_token=on_token)
 
 
-def generation_loop(step, logits: Tensor, state, *, stateful: bool, decoding: Decoding, max_new_tokens: int,
+def generation_loop(advance, logits: Tensor, state, *, stateful: bool, decoding: Decoding, max_new_tokens: int,
                     generator: torch.Generator | None, on_token: Callable[[Tensor], None] | None = None) -> Tensor:
-    """From the prompt's logits (N, V) and state: pick a token, step (carrying the state if
+    """From the prompt's logits (N, V) and state: pick a token, advance (carrying the state if
     `stateful`), repeat -> the new ids (N, max_new_tokens)."""
-    picked = []  # one (N,) tensor per step, stacked once at the end (cheaper than writing columns)
+    picked = []  # one (N,) tensor per token, stacked once at the end (cheaper than writing columns)
     for i in range(max_new_tokens):
         token = pick(logits, decoding, generator)  # (N,)
         picked.append(token)
         if on_token is not None:
             on_token(token)
         if i + 1 < max_new_tokens:
-            logits, state = step(token, state if stateful else None)
+            logits, state = advance(token, state if stateful else None)
     if not picked:
         return torch.empty(logits.shape[0], 0, dtype=torch.long, device=logits.device)
     return torch.stack(picked, dim=1)  # (N, max_new_tokens)

@@ -2,7 +2,7 @@
 
 In:  a `ModelConfig` (a params entry gives one: `ModelParams.model_config(vocab_size)`).
 Out: a new model with one interface, `forward(tokens (B, T), state=None, last_only=False) ->
-     (logits (B, T, V), or (B, 1, V) for the last step alone, state)`, its `.config` and its `description()`; `summary(model, name)` describes any of them
+     (logits (B, T, V), or (B, 1, V) for the last time step alone, state)`, its `.config` and its `description()`; `summary(model, name)` describes any of them
      for people (`python -m rnnlm.describe NAME` prints it).
 """
 

@@ -56,8 +56,8 @@ class RecurrentLM(nn.Module):
     def forward(self, tokens: Tensor, state: ModelState | None = None,
                 last_only: bool = False) -> tuple[Tensor, ModelState]:
         """tokens (B, T) int64, state per layer or None -> logits (B, T, V), new state per layer;
-        `last_only`: the logits of the last step alone, (B, 1, V), for a caller that reads only the
-        next token's distribution (the context curve), without the output product at every step.
+        `last_only`: the logits of the last time step alone, (B, 1, V), for a caller that reads only the
+        next token's distribution (the context curve), without the output product at every time step.
 
         Runs time-major inside (the logits are a (B, T, V) view of (T, B, V) memory). The embedding
         and the first layer's input matrix are applied as one table of V rows, `first_layer_table`:

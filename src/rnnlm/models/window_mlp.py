@@ -12,7 +12,7 @@ text are filled with a learned padding embedding, one extra row of the embedding
 Same interface as the recurrent models: `forward(tokens (B, T), state=None) -> (logits (B, T, V),
 state)`. The state is the model's window: the last `window - 1` tokens seen, (B, window - 1) int64;
 None means padding only. So the two inference modes mean here what they mean for a GRU:
-stateless (state reset every step) sees a window of one token, stateful sees the full window.
+stateless (state reset before every token) sees a window of one token, stateful sees the full window.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class WindowMLP(nn.Module):
 
     def forward(self, tokens: Tensor, state: Tensor | None = None, last_only: bool = False) -> tuple[Tensor, Tensor]:
         """tokens (B, T) int64, state (B, window - 1) or None -> logits (B, T, V), new state;
-        `last_only`: the logits of the last step alone, (B, 1, V)."""
+        `last_only`: the logits of the last time step alone, (B, 1, V)."""
         if state is None:
             state = self.zero_state(tokens.shape[0], tokens)
         context = torch.cat([state, tokens], dim=1)  # (B, window - 1 + T)

@@ -114,8 +114,8 @@ def to_markdown(run: GenerationRun, metrics: dict[str, Any] | None = None) -> st
         f"# Generations: {run.model}",
         "",
         "The same checkpoint sampled in the two inference modes. **Stateless**: the state is reset to "
-        "zero before every step and only the last token is fed, so the model sees one token of context. "
-        "**Stateful**: the prompt is fed once, then the state is carried from step to step.",
+        "zero before every token and only the last token is fed, so the model sees one token of context. "
+        "**Stateful**: the prompt is fed once, then the state is carried from token to token.",
         "",
         f"- checkpoint: `{ckpt['path']}` (sha256 `{ckpt['sha256'][:16]}`, {ckpt['steps']:,} training steps, "
         f"{ckpt['parameters']:,} parameters, {ckpt['tokens']} tokens)",

@@ -1,4 +1,4 @@
-// Generation on the CPU: a whole model's one-token step (stepping.py's Stepper), the choice of the
+// Generation on the CPU: a whole model's advance by one token (advancing.py's Advancer), the choice of the
 // next token (decoding.py's pick) and the loop that alternates them (generation.py's loop), in C++.
 //
 // Why: at batch 1 a character of a large model streams every weight through the caches, which evicts
@@ -6,7 +6,7 @@
 // loop runs cold; here a character is the model's matrix products plus a few microseconds. The Python code stays the reference (and what
 // CUDA runs); tests hold the two to each other: the same logits bit for bit, the same tokens.
 //
-// Each layer's step is its cell's, found by name in the registry of compiled cells (kernels.h).
+// Each layer's advance is its cell's, found by name in the registry of compiled cells (kernels.h).
 
 #include "kernels.h"
 
@@ -116,25 +116,25 @@ Tensor pick(const Tensor& logits_in, const Decoding& d, std::optional<at::Genera
   return ids;
 }
 
-// ---------------------------------------------------------------- a whole model's step
+// ---------------------------------------------------------------- a whole model's advance
 
-// A RecurrentLM's weights as stepping.py's Stepper arranges them (it makes this object), and its step.
-class CompiledStepper {
+// A RecurrentLM's weights as advancing.py's Advancer arranges them (it makes this object), and its advance.
+class CompiledAdvancer {
  public:
   // cell: a registered cell's name. table (V, G*H): the first layer's input products, bias included.
   // input_t, bias: layers 1..L-1, (I, G*H) and (G*H). hidden_t: per layer, the hidden-side matrices as
-  // the cell's step takes them. norm_weight/norm_bias: the LayerNorm before the head, if any.
-  CompiledStepper(const std::string& cell, Tensor table, std::vector<Tensor> input_t, std::vector<Tensor> bias,
+  // the cell's advance takes them. norm_weight/norm_bias: the LayerNorm before the head, if any.
+  CompiledAdvancer(const std::string& cell, Tensor table, std::vector<Tensor> input_t, std::vector<Tensor> bias,
                   std::vector<std::vector<Tensor>> hidden_t, std::optional<Tensor> norm_weight,
                   std::optional<Tensor> norm_bias, double norm_eps, Tensor head_t, Tensor head_bias)
-      : layer_step_(find_cell(cell).step), table_(std::move(table)), input_t_(std::move(input_t)),
+      : layer_advance_(find_cell(cell).advance), table_(std::move(table)), input_t_(std::move(input_t)),
         bias_(std::move(bias)), hidden_t_(std::move(hidden_t)), norm_weight_(std::move(norm_weight)),
         norm_bias_(std::move(norm_bias)), norm_eps_(norm_eps), head_t_(std::move(head_t)),
         head_bias_(std::move(head_bias)) {}
 
   // tokens (B,), state (per layer its entries, h or h and c, each (B, H); empty means zeros) -> logits
   // (B, V), the new state in the same layout (rnnlm.models.state.to_lists).
-  std::tuple<Tensor, State> step(const Tensor& tokens, const State& state) const {
+  std::tuple<Tensor, State> advance(const Tensor& tokens, const State& state) const {
     const size_t layers = hidden_t_.size();
     TORCH_CHECK(state.empty() || state.size() == layers, "expected the state of ", layers, " layers, got ",
                 state.size());
@@ -142,17 +142,17 @@ class CompiledStepper {
     State next;
     Tensor x;  // (B, H): the output of the layer below
     for (size_t l = 0; l < layers; ++l) {
-      const Tensor gates_x = l == 0 ? table_.index_select(0, tokens) : step_linear(bias_[l - 1], x, input_t_[l - 1]);
-      next.push_back(layer_step_(gates_x, state.empty() ? zeros : state[l], hidden_t_[l]));
+      const Tensor gates_x = l == 0 ? table_.index_select(0, tokens) : narrow_linear(bias_[l - 1], x, input_t_[l - 1]);
+      next.push_back(layer_advance_(gates_x, state.empty() ? zeros : state[l], hidden_t_[l]));
       x = next[l][0];
     }
     if (norm_weight_) x = at::layer_norm(x, {x.size(1)}, norm_weight_, norm_bias_, norm_eps_);
-    return {step_linear(head_bias_, x, head_t_), next};
+    return {narrow_linear(head_bias_, x, head_t_), next};
   }
 
-  // generation.py's loop from the prompt's logits (N, V) and state: pick a token, step (carrying the
+  // generation.py's loop from the prompt's logits (N, V) and state: pick a token, advance (carrying the
   // state if `stateful`, from zeros if not), repeat -> the new ids (N, max_new_tokens). `on_token`, if
-  // given, is called with each step's ids (N,) as soon as they are picked.
+  // given, is called with each token's ids (N,) as soon as they are picked.
   Tensor generate(Tensor logits, State state, bool stateful, int64_t max_new_tokens, const std::string& strategy,
                   double temperature, int64_t top_k, double top_p, std::optional<at::Generator> generator,
                   std::optional<py::function> on_token) const {
@@ -163,14 +163,14 @@ class CompiledStepper {
       Tensor ids = pick(logits, decoding, generator);
       picked.push_back(ids);
       if (on_token) (*on_token)(ids);
-      if (i + 1 < max_new_tokens) std::tie(logits, state) = step(ids, stateful ? state : State{});
+      if (i + 1 < max_new_tokens) std::tie(logits, state) = advance(ids, stateful ? state : State{});
     }
     if (picked.empty()) return at::empty({logits.size(0), 0}, logits.options().dtype(at::kLong));
     return at::stack(picked, 1);
   }
 
  private:
-  LayerStep layer_step_;
+  LayerAdvance layer_advance_;
   Tensor table_;
   std::vector<Tensor> input_t_, bias_;
   std::vector<std::vector<Tensor>> hidden_t_;
@@ -187,12 +187,12 @@ void bind_generation(pybind11::module_& m) {
       [](const at::Tensor& logits, const std::string& strategy, double temperature, int64_t top_k, double top_p,
          std::optional<at::Generator> generator) { return pick(logits, {strategy, temperature, top_k, top_p}, generator); },
       "logits (B, V) -> next ids (B,), as rnnlm.inference.decoding.pick");
-  py::class_<CompiledStepper>(m, "Stepper")
+  py::class_<CompiledAdvancer>(m, "Advancer")
       .def(py::init<std::string, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>,
                     std::vector<std::vector<at::Tensor>>, std::optional<at::Tensor>, std::optional<at::Tensor>, double,
                     at::Tensor, at::Tensor>())
-      .def("step", &CompiledStepper::step)
-      .def("generate", &CompiledStepper::generate);
+      .def("advance", &CompiledAdvancer::advance)
+      .def("generate", &CompiledAdvancer::generate);
 }
 
 }  // namespace rnnlm

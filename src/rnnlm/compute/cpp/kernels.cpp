@@ -107,25 +107,25 @@ OnCallingThread::~OnCallingThread() {
   if (active_) omp_set_num_threads(omp_before_);
 }
 
-bool step_uses_onednn(const Tensor& x, const Tensor& w_t) {
+bool narrow_uses_onednn(const Tensor& x, const Tensor& w_t) {
   return use_onednn(x) && x.size(0) * w_t.size(0) * w_t.size(1) >= onednn_from_macs.load();
 }
 
-StepProduct::StepProduct(const Tensor& weight, int64_t batch, int64_t steps)
+NarrowProduct::NarrowProduct(const Tensor& weight, int64_t batch, int64_t time_steps)
     : weight_(weight), batch_(batch), onednn_(use_onednn(weight)),
       serial_(on_calling_thread(batch * weight.size(0) * weight.size(1))) {
   const GemmOps& ops = gemm_ops();
   if (weight.scalar_type() != at::kFloat) return;
   if (onednn_) {
     weight_ = weight.contiguous();  // (N, K); the scans' backward passes transposed views
-    if (steps >= kMinStepsToPack) packed_ = ops.onednn_reorder->call(weight_, batch_);
-  } else if (ops.mkl_reorder && steps >= kMinStepsToPack) {
+    if (time_steps >= kMinStepsToPack) packed_ = ops.onednn_reorder->call(weight_, batch_);
+  } else if (ops.mkl_reorder && time_steps >= kMinStepsToPack) {
     weight_ = weight.contiguous();
     packed_ = ops.mkl_reorder->call(weight_, batch_);
   }
 }
 
-Tensor StepProduct::operator()(const Tensor& x) const {
+Tensor NarrowProduct::operator()(const Tensor& x) const {
   const OnCallingThread here(serial_);
   // oneDNN needs dense rows: the backward passes slices of the gates, whose rows are wider than them.
   if (onednn_) return onednn_linear(x.contiguous(), packed_.defined() ? packed_ : weight_, std::nullopt);
@@ -133,15 +133,15 @@ Tensor StepProduct::operator()(const Tensor& x) const {
   return at::mm(x, weight_.t());
 }
 
-Tensor step_product(const Tensor& x, const Tensor& w_t) {
+Tensor narrow_product(const Tensor& x, const Tensor& w_t) {
   const OnCallingThread here(on_calling_thread(x.size(0) * w_t.size(0) * w_t.size(1)));
-  return step_uses_onednn(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), std::nullopt) : at::mm(x, w_t);
+  return narrow_uses_onednn(x, w_t) ? onednn_linear(x.contiguous(), w_t.t(), std::nullopt) : at::mm(x, w_t);
 }
 
-Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t) {
+Tensor narrow_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t) {
   const OnCallingThread here(on_calling_thread(x.size(0) * w_t.size(0) * w_t.size(1)));
   // The bias added after oneDNN's product, as products.linear adds it to a one-token product (why: there).
-  if (step_uses_onednn(x, w_t)) return onednn_linear(x.contiguous(), w_t.t(), std::nullopt).add_(bias);
+  if (narrow_uses_onednn(x, w_t)) return onednn_linear(x.contiguous(), w_t.t(), std::nullopt).add_(bias);
   return at::addmm(bias, x, w_t);
 }
 

@@ -3,17 +3,17 @@
 // through which each cell's file makes its loops known by name.
 //
 // Each cell's file has the same inputs, outputs and maths as its Python loops (tests hold the two to
-// each other and to the cell's readable step). Like them, a forward overwrites its input products
+// each other and to the cell's readable `recur`). Like them, a forward overwrites its input products
 // with the activated gates and a backward overwrites those with the gates' gradients: each
 // (T, B, G*H) array is written once, in memory that is already mapped and warm. What changes:
-// - each step's elementwise work is one pass over the step's rows (where the Python loop makes five
+// - each time step's elementwise work is one pass over its rows (where the Python loop makes five
 //   to ten ATen calls), with ATen's vectorised exp/tanh (at::vec::Vectorized, the code behind
 //   torch.sigmoid and torch.tanh) and at::parallel_for over the batch rows;
-// - the matrix products go through the float32 GEMM that rnnlm.compute.gemm_choice chose for this machine's
-//   per-step products (MKL or oneDNN, both exact float32; set_gemm below), the hidden-side one of a
-//   scan packed once per sequence into the GEMM's own layout (StepProduct).
+// - the matrix products go through the float32 GEMM that rnnlm.compute.backend chose for this machine's
+//   per-time-step products (MKL or oneDNN, both exact float32; set_gemm below), the hidden-side one of a
+//   scan packed once per sequence into the GEMM's own layout (NarrowProduct).
 //
-// Shapes: T steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
+// Shapes: T time steps, B batch, H hidden units, G gates; all arrays time-major and contiguous.
 
 #pragma once
 
@@ -38,7 +38,7 @@ using at::Tensor;
 template <typename scalar_t>
 using Vec = at::vec::Vectorized<scalar_t>;
 
-// A batch row per task; a chunk of rows runs on one thread when a step has enough work to share.
+// A batch row per task; a chunk of rows runs on one thread when a time step has enough work to share.
 constexpr int64_t kElementsPerTask = 16384;
 
 template <typename F>
@@ -78,7 +78,7 @@ inline Vec<scalar_t> sigmoid(const Vec<scalar_t>& x) {
   return one / (one + x.neg().exp());
 }
 
-// mask (T, B, H) at step t, row b, or nullptr.
+// mask (T, B, H) at time step t, row b, or nullptr.
 template <typename scalar_t>
 inline const scalar_t* mask_row(const std::optional<Tensor>& masks, int64_t t, int64_t b, int64_t B, int64_t H) {
   return masks ? masks->data_ptr<scalar_t>() + (t * B + b) * H : nullptr;
@@ -94,7 +94,7 @@ inline void check_in_place(const Tensor& t, const char* name) {
 }
 
 // The pre-activation lanes j..j+n of one row: x + bias + hidden (bias is null when the input
-// products already carry the biases, as in the sampling step).
+// products already carry the biases, as in the sampling advance).
 template <typename scalar_t>
 inline Vec<scalar_t> pre_activation(const scalar_t* x, const scalar_t* bias, const scalar_t* hidden, int64_t j, int64_t n) {
   auto pre = load(x + j, n);
@@ -102,8 +102,8 @@ inline Vec<scalar_t> pre_activation(const scalar_t* x, const scalar_t* bias, con
   return pre + load(hidden + j, n);
 }
 
-// The gradient w.r.t. a step's new state before its mask, lanes j..j+n of one row:
-// (output gradient + gradient carried from the next step) * mask (mask may be null).
+// The gradient w.r.t. a time step's new state before its mask, lanes j..j+n of one row:
+// (output gradient + gradient carried from the next time step) * mask (mask may be null).
 template <typename scalar_t>
 inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* carried, const scalar_t* mask, int64_t j, int64_t n) {
   auto grad = load(grad_out + j, n) + load(carried + j, n);
@@ -123,7 +123,7 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
 // where it is built), from how many multiply-adds a product goes to oneDNN when it is chosen, and from
-// how many it may use the thread pool: rnnlm.compute.gemm_choice decides all three (its GEMM rule, its
+// how many it may use the thread pool: rnnlm.compute.backend decides all three (its GEMM rule, its
 // MIN_ONEDNN_MACS and MIN_PARALLEL_NARROW_MACS) and hands them over in one call, set_gemm. Until then
 // every product runs through MKL, on the thread pool.
 enum class Gemm { mkl, onednn };
@@ -154,20 +154,20 @@ class OnCallingThread {
 // Whether a product of `macs` multiply-adds runs on the calling thread (fewer than min_parallel_macs).
 bool on_calling_thread(int64_t macs);
 
-// Whether one step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen, and at
-// least min_onednn_macs multiply-adds (the same rule as rnnlm.compute.gemm_choice.onednn_for).
-bool step_uses_onednn(const Tensor& x, const Tensor& w_t);
+// Whether one time step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen, and at
+// least min_onednn_macs multiply-adds (the same rule as rnnlm.compute.backend.onednn_for).
+bool narrow_uses_onednn(const Tensor& x, const Tensor& w_t);
 
-// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `steps` steps. For float32, W is
+// x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `time_steps` time steps. For float32, W is
 // reordered once into the chosen GEMM's packed layout (about the cost of two products; the ops
 // PyTorch's own CPU compiler uses for frozen linear layers) when the sequence is long enough to
 // repay it, and each product reuses it; otherwise (float64, a prompt of a few tokens, a one-token
 // window of the evaluation) W is used as it is.
-class StepProduct {
+class NarrowProduct {
  public:
   static constexpr int64_t kMinStepsToPack = 4;
 
-  StepProduct(const Tensor& weight, int64_t batch, int64_t steps);
+  NarrowProduct(const Tensor& weight, int64_t batch, int64_t time_steps);
   Tensor operator()(const Tensor& x) const;
 
  private:
@@ -176,30 +176,30 @@ class StepProduct {
   bool onednn_, serial_;  // serial_: on the calling thread (on_calling_thread of one product's work)
 };
 
-// One product of the sampling step, x (B, K) times w_t (K, N), a transposed view of a weight
-// (N, K): through oneDNN where step_uses_onednn, else at::mm. With `bias` (N): plus the bias.
-Tensor step_product(const Tensor& x, const Tensor& w_t);
-Tensor step_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t);
+// One product of the sampling advance, x (B, K) times w_t (K, N), a transposed view of a weight
+// (N, K): through oneDNN where narrow_uses_onednn, else at::mm. With `bias` (N): plus the bias.
+Tensor narrow_product(const Tensor& x, const Tensor& w_t);
+Tensor narrow_linear(const Tensor& bias, const Tensor& x, const Tensor& w_t);
 
 // a (M, N), b (M, K) -> a^T b (N, K) through oneDNN's matmul, which reads a transposed operand in
 // place (PyTorch's linear op copies it first); with `c` (N, K): c += a^T b, in place. float32 only,
-// and only where PyTorch lets oneDNN's matmul take float32 (rnnlm.compute.gemm_choice.onednn_matmul_available:
+// and only where PyTorch lets oneDNN's matmul take float32 (rnnlm.compute.backend.onednn_matmul_available:
 // on x86, a CPU with AVX-512); called for the large products, whatever set_gemm chose.
 Tensor onednn_t_addmm(const std::optional<Tensor>& c, const Tensor& a, const Tensor& b);
 
 // ---------------------------------------------------------------- the registry of cells
 
-// One layer's one-token step, for the sampling loop: gates_x (B, G*H) the input-side products with
+// One layer's advance by one token, for the sampling loop: gates_x (B, G*H) the input-side products with
 // every bias added, the layer's state entries (h, or h and c; empty means zeros), the hidden-side
 // matrices as transposed (H, G*H) views -> the new state entries.
-using LayerStep = std::vector<Tensor> (*)(const Tensor& gates_x, const std::vector<Tensor>& state,
+using LayerAdvance = std::vector<Tensor> (*)(const Tensor& gates_x, const std::vector<Tensor>& state,
                                           const std::vector<Tensor>& hidden_t);
 
-// Gives the cell's loops their Python names (NAME_forward, NAME_backward, NAME_step).
+// Gives the cell's loops their Python names (NAME_forward, NAME_backward, NAME_advance).
 using Bind = void (*)(pybind11::module_& m);
 
 struct CellKernels {
-  LayerStep step;
+  LayerAdvance advance;
   Bind bind;
 };
 
@@ -212,7 +212,7 @@ const CellKernels& find_cell(const std::string& name);
 // A cell's file defines one of these at namespace scope: its kernels join the registry when the
 // library loads, so nothing outside the cell's file names it. Its code lives in a namespace of its
 // own, rnnlm::cells::NAME (an unnamed one inside it): the build compiles all the units as one, where
-// a bare unnamed namespace would be shared by every cell (each has its `bind`, `layer_step`, ...).
+// a bare unnamed namespace would be shared by every cell (each has its `bind`, `layer_advance`, ...).
 struct RegisterCell {
   RegisterCell(const std::string& name, CellKernels kernels) { cell_registry().emplace(name, kernels); }
 };

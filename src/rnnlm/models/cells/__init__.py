@@ -6,7 +6,7 @@ with an autograd Function in `NAME.py`, compiled ones in `NAME.cpp`, which this 
 compiled module's sources below and which registers them under the same name, Triton ones in
 `NAME_triton.py`, named in its `SPEC`):
 without them autograd runs its `recur`. params.yaml's `cell:` choices, the model's layers, the
-sampling stepper and the tests all read `CELLS`.
+sampling advanceper and the tests all read `CELLS`.
 
 The registry (`registry.Registry`) names each cell's module rather than importing it: the cells' names are known without
 PyTorch, so that the stages that only read params.yaml's other sections (download, prepare,

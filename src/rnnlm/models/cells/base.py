@@ -1,38 +1,26 @@
-"""What every recurrent cell shares: its weight layout, its layer over a sequence, the generic scan
-through autograd, the helpers of hand-written backward passes, its one-token step for sampling, and
-its registry entry.
+"""What every recurrent cell shares: its weight layout, its state's format, its layer over a
+sequence, the generic scan through autograd, the helpers of hand-written backward passes, its
+advance by one token for sampling, and its registry entry.
 
-A cell is its maths, `Cell.recur` (one step from the input-side pre-activations), in a module of
+A cell is its maths, `Cell.recur` (one time step from the input-side pre-activations), in a module of
 this folder with its layer and its `CellSpec` (`mgu.py`: nothing else). A cell may add loops as the
-optimisation (`gru.py` + `gru.cpp` + `gru_triton.py`, and the same for `lstm` and `rnn`): per-step
-loops in Python (forward, backward, one token) with a `torch.autograd.Function` that assembles the
-weight gradients; the same loops compiled in C++; the same loops with the elementwise work fused into
-Triton kernels for CUDA. `rnnlm.models.cells.CELLS` registers the specs; everything else (params'
-`cell` choices, the model's layer table, the stepper, the C++ build, the tests) derives from it.
+optimisation (`gru.py` + `gru.cpp` + `gru_triton.py`, and the same for `lstm` and `rnn`): `Loops`
+in Python with a `torch.autograd.Function` that assembles the weight gradients, the same loops
+compiled in C++, and with the elementwise work fused into Triton kernels for CUDA. `rnnlm.models.cells.CELLS` registers the specs; everything else (params'
+`cell` choices, the model's layer table, the advancer, the C++ build, the tests) derives from it.
 
 Layer in:  x (B, T, I), state (None means zeros), optional dropout masks (T, B, H).
-Layer out: outputs (B, T, H) (the hidden state of every step) and the final state (see
+Layer out: outputs (B, T, H) (the hidden state of every time step) and the final state (see
 the state's format below). Two forms compute the same function:
 
 - `reference_forward`: the cell's `recur`, one time step after another, through autograd
   (`autograd_scan`);
 - `forward` (training, scoring, the prompt of stateful sampling): the input-side products of all
-  time steps in one matrix product (`input_products`), then `scan`: per step only the hidden-side
-  products and the gates. A cell without loops scans through autograd (`autograd_scan`); a cell with
-  loops runs those `rnnlm.compute.backend` chooses for the device, with a backward pass written by hand
-  (autograd records none of the per-step work).
+  time steps in one matrix product (`input_products`), then `scan`: per time step only the
+  hidden-side products and the gates, through autograd for a cell without loops, else through the
+  loops `rnnlm.compute.backend` chooses for the device, with a backward pass written by hand.
 
-How the hand-written scans save work: the forward overwrites its input products with the activated
-gates and keeps them for the backward; the backward runs the recurrence in reverse computing only
-the gate gradients and the state gradient per step, writing the gate gradients over the gates (so
-that array becomes the gradient of the input products); then the hidden-side weight gradient is one
-product over all T*B rows and each bias gradient one sum.
-
-Dropout (`drop_state=True`, the study's choice) multiplies each step's new hidden state by a mask, so
-the dropped state is both the step's output and what the next step receives. The masks for a whole
-sequence are drawn up front, so both forms can be given the same ones.
-
-Shapes: T steps, B batch, H hidden units, G gates; scans are time-major.
+Shapes: T time steps, B batch, H hidden units, G gates; scans are time-major.
 """
 
 from __future__ import annotations
@@ -53,7 +41,7 @@ from rnnlm.compute.products import linear, t_addmm, t_mm
 # A layer's state is its `entries`: h alone for the GRU and the tanh RNN (1 entry), h and c for the
 # LSTM (2 entries), each (B, H); a cell declares how many (`Cell.state_entries`). In the Python API
 # a one-entry state is the tensor h itself and a two-entry state the tuple (h, c); a model's state is
-# a tuple with one layer state per layer, and None means zeros everywhere. The compiled C++ step
+# a tuple with one layer state per layer, and None means zeros everywhere. The compiled C++ advance
 # takes the same state as one list of entries per layer (an empty list: zeros). Owned here and
 # nowhere else.
 
@@ -93,7 +81,7 @@ def from_entries(tensors) -> LayerState:
 
 
 def to_lists(state: ModelState | None) -> list[list[Tensor]]:
-    """A model state as the compiled step takes it: one list of entries per layer; None -> []."""
+    """A model state as the compiled advance takes it: one list of entries per layer; None -> []."""
     return [] if state is None else [entries(layer) for layer in state]
 
 
@@ -126,7 +114,7 @@ class Cell(nn.Module):
     the hidden side stacked in `weight_hh` (G*H, H) or (G*H) (`recurrence`), initialised as
     nn.Linear's. Subclasses set `gates` (and `state_entries` if the state is more than h,
     `recurrence` if it is a vector, `parameter_shapes` if they have parameters of their own) and
-    write the cell's maths once: `recur(gates_x (B, G*H), state) -> state`, one step from the
+    write the cell's maths once: `recur(gates_x (B, G*H), state) -> state`, one time step from the
     input-side pre-activations. Nothing else is assumed of a cell: its outputs may be any values
     (a ReLU's exact zeros included)."""
 
@@ -167,12 +155,12 @@ class Cell(nn.Module):
         return self.bias_ih
 
     def recur(self, gates_x: Tensor, state: LayerState) -> LayerState:
-        """One step: gates_x (B, G*H) = x W_ih^T + `input_bias()`, the layer's state -> its new state.
+        """One time step: gates_x (B, G*H) = x W_ih^T + `input_bias()`, the layer's state -> its new state.
         The cell's maths, and all a new cell has to write: autograd differentiates it."""
         raise NotImplementedError
 
-    def step(self, x: Tensor, state: LayerState) -> LayerState:
-        """One step from the layer's input x (B, I)."""
+    def advance(self, x: Tensor, state: LayerState) -> LayerState:
+        """One token from the layer's input x (B, I): the state after it."""
         return self.recur(x @ self.weight_ih.T + self.input_bias(), state)
 
 
@@ -207,7 +195,11 @@ def check_contract(cell: Cell) -> None:
 
 class RecurrentLayer(nn.Module):
     """A cell run over a sequence; subclasses set `cell_class`, and a cell with loops of its own
-    overrides `_scan` with its autograd Function."""
+    overrides `_scan` with its autograd Function.
+
+    Dropout (`drop_state=True`, the study's choice) multiplies each time step's new hidden state by a
+    mask, so the dropped state is both the time step's output and what the next time step receives.
+    The masks for a whole sequence are drawn up front, so both forms can be given the same ones."""
 
     cell_class: type[Cell]
     spec: CellSpec
@@ -224,7 +216,7 @@ class RecurrentLayer(nn.Module):
     def hidden_size(self) -> int:
         return self.cell.hidden_size
 
-    def dropout_masks(self, steps: int, batch: int, like: Tensor) -> Tensor | None:
+    def dropout_masks(self, time_steps: int, batch: int, like: Tensor) -> Tensor | None:
         """Masks (T, B, H) of 0 and 1/keep for state dropout, or None when it is off.
 
         A unit is kept when a uniform 16-bit integer falls below round(keep * 2^16). The integers
@@ -236,23 +228,23 @@ class RecurrentLayer(nn.Module):
         if not (self.training and self.drop_state and self.dropout > 0):
             return None
         threshold = round((1.0 - self.dropout) * 2**16)
-        units = steps * batch * self.hidden_size
+        units = time_steps * batch * self.hidden_size
         words = torch.empty((units + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), 2**63 - 1)
-        draws = words.view(torch.int16)[:units].view(steps, batch, self.hidden_size)  # uniform on [-2^15, 2^15)
+        draws = words.view(torch.int16)[:units].view(time_steps, batch, self.hidden_size)  # uniform on [-2^15, 2^15)
         kept = draws < threshold - 2**15
         return kept.to(like.dtype).mul_(2**16 / threshold)  # a Python scale: no host-to-device copy
 
-    def _prepare(self, batch: int, steps: int, like: Tensor, state: LayerState | None, masks: Tensor | None):
+    def _prepare(self, batch: int, time_steps: int, like: Tensor, state: LayerState | None, masks: Tensor | None):
         if state is None:
             state = self.cell.zero_state(batch, like)
         if masks is None:
-            masks = self.dropout_masks(steps, batch, like)
+            masks = self.dropout_masks(time_steps, batch, like)
         return state, masks
 
     def reference_forward(
         self, x: Tensor, state: LayerState | None = None, masks: Tensor | None = None
     ) -> tuple[Tensor, LayerState]:
-        """The reference every scan is held to: the cell's `recur` step after step through autograd
+        """The reference every scan is held to: the cell's `recur` time step after time step through autograd
         (`autograd_scan`), on input products of plain ATen (not `input_products`' GEMM choice)."""
         B, T, _ = x.shape
         state, masks = self._prepare(B, T, x, state, masks)
@@ -267,13 +259,13 @@ class RecurrentLayer(nn.Module):
         return hs.transpose(0, 1), state
 
     def input_products(self, x: Tensor) -> Tensor:
-        """x (T, B, I) -> x W_ih^T (T, B, G*H) for every step in one product; the biases come in `scan`."""
+        """x (T, B, I) -> x W_ih^T (T, B, G*H) for every time step in one product; the biases come in `scan`."""
         return linear(x, self.cell.weight_ih)
 
     def scan(
         self, products: Tensor, state: LayerState | None = None, masks: Tensor | None = None
     ) -> tuple[Tensor, LayerState]:
-        """Input products (T, B, G*H) -> the state after every step (T, B, H), and the final state.
+        """Input products (T, B, G*H) -> the state after every time step (T, B, H), and the final state.
 
         A cell's loops consume the products: a contiguous `products` is overwritten with the
         activated gates (pass a clone to keep it)."""
@@ -282,15 +274,15 @@ class RecurrentLayer(nn.Module):
         return self._scan(products.contiguous(), state, masks)
 
     def _scan(self, products: Tensor, state: LayerState, masks: Tensor | None) -> tuple[Tensor, LayerState]:
-        """The cell's `recur` step after step, differentiated by autograd (every operation of every
-        step recorded): what runs a cell without loops of its own, on every device. A cell with
+        """The cell's `recur` time step after time step, differentiated by autograd (every operation of every
+        time step recorded): what runs a cell without loops of its own, on every device. A cell with
         loops of its own overrides this with its autograd Function."""
         return autograd_scan(self.cell, products, state, masks)
 
 
 def autograd_scan(cell: Cell, products: Tensor, state: LayerState,
                   masks: Tensor | None) -> tuple[Tensor, LayerState]:
-    """products (T, B, G*H) = x W_ih^T, state, masks (T, B, H) or None -> the state after every step
+    """products (T, B, G*H) = x W_ih^T, state, masks (T, B, H) or None -> the state after every time step
     (T, B, H) and the final state, through `cell.recur` and autograd."""
     bias = cell.input_bias()
     outputs = []
@@ -306,32 +298,37 @@ def autograd_scan(cell: Cell, products: Tensor, state: LayerState,
 
 
 class Loops(NamedTuple):
-    """One implementation of a cell's per-step loops; the signatures are the cell's own (see its
-    Python loops, the reference). `forward` overwrites its input products with the activated gates,
-    `backward` overwrites the gates with their gradients, `step` is one token for sampling."""
+    """One implementation of a cell's per-time-step loops; the signatures are the cell's own (see its
+    Python loops, the reference); `advance` is one token for sampling.
+
+    How they save work: `forward` overwrites its input products with the activated gates and keeps
+    them for the backward; `backward` runs the recurrence in reverse computing only the gate
+    gradients and the state gradient per time step, writing the gate gradients over the gates (so
+    that array becomes the gradient of the input products); then the hidden-side weight gradient is
+    one product over all T*B rows and each bias gradient one sum. Autograd records none of it."""
 
     forward: Callable
     backward: Callable
-    step: Callable
+    advance: Callable
 
 
 @dataclass(frozen=True)
 class CellSpec:
     """A cell's registry entry: its name in params.yaml (`cell:`) and its layer; for a cell with loops
-    of its own, its sampling step's weight layout, its Python loops (the reference of its compiled and
+    of its own, its sampling advance's weight layout, its Python loops (the reference of its compiled and
     Triton loops) and the module of its Triton loops. Its compiled loops, if any, come from its `.cpp`
     file beside it, which the C++ build finds and which registers them under `name` (`rnnlm.compute.build`).
     A cell without loops (`python_loops` None) runs its `recur` through autograd everywhere."""
 
     name: str
     layer: type[RecurrentLayer]
-    layer_step: type[LayerStep] | None = None
-    """None: `LayerStep`, one transposed view of all hidden-side matrices."""
+    layer_advance: type[LayerAdvance] | None = None
+    """None: `LayerAdvance`, one transposed view of all hidden-side matrices."""
     python_loops: Loops | None = None
     triton_module: str | None = None
     hidden_products: tuple[int, ...] | None = None
-    """The hidden-side products of one step, each in multiples of H output rows (None: one product
-    of all G*H rows for a matrix recurrence, none for a vector one); what a step's products alone
+    """The hidden-side products of one time step, each in multiples of H output rows (None: one product
+    of all G*H rows for a matrix recurrence, none for a vector one); what a time step's products alone
     cost, for the speed benchmarks."""
 
     @property
@@ -342,8 +339,8 @@ class CellSpec:
         if self.hidden_products is None:
             cell = self.layer.cell_class
             object.__setattr__(self, "hidden_products", (cell.gates,) if cell.recurrence == "matrix" else ())
-        if self.layer_step is None:
-            object.__setattr__(self, "layer_step", LayerStep)
+        if self.layer_advance is None:
+            object.__setattr__(self, "layer_advance", LayerAdvance)
         self.layer.spec = self  # a layer finds its loops through its spec
 
 
@@ -357,12 +354,12 @@ def loops_for(spec: CellSpec, tensor: Tensor) -> Loops | None:
 
 
 def steps_of(tensor: Tensor | None, T: int) -> tuple[Tensor | None, ...]:
-    """tensor (T, ...) as T views, made once (indexing inside a loop costs a dispatch per step)."""
+    """tensor (T, ...) as T views, made once (indexing inside a loop costs a dispatch per time step)."""
     return (None,) * T if tensor is None else tensor.unbind(0)
 
 
 def grad_into_state(grad_step: Tensor, carried: Tensor | None, mask: Tensor | None) -> Tensor:
-    """The gradient w.r.t. a step's new state before its mask: (output gradient + carried) * mask."""
+    """The gradient w.r.t. a time step's new state before its mask: (output gradient + carried) * mask."""
     grad = grad_step if carried is None else grad_step + carried
     if mask is not None:
         grad = grad * mask
@@ -370,7 +367,7 @@ def grad_into_state(grad_step: Tensor, carried: Tensor | None, mask: Tensor | No
 
 
 def state_weight_gradient(grad_gates: Tensor, h0: Tensor, hs: Tensor) -> Tensor:
-    """Sum over steps of grad_gates[t]^T h_prev[t], h_prev = h0, hs[0], ..., hs[T-2]: (G', H).
+    """Sum over time steps of grad_gates[t]^T h_prev[t], h_prev = h0, hs[0], ..., hs[T-2]: (G', H).
     Two products instead of one, so that h0 and hs need not be copied into one array."""
     T, B, H = hs.shape
     first = t_mm(grad_gates[0], h0)  # (G', H)
@@ -405,13 +402,13 @@ def overwritten(gates: Tensor) -> Tensor:
 # ------------------------------------------------------------------ one token, for sampling
 
 
-class LayerStep:
-    """One layer's weights arranged for a single token (see `rnnlm.inference.stepping`).
+class LayerAdvance:
+    """One layer's weights arranged for a single token (see `rnnlm.inference.advancing`).
 
     `input_t` (I, G*H) is a transposed view of the input-side matrix, None for the first layer
     (whose input products come from the folded embedding table); `bias` (G*H) every input-side bias;
-    `hidden_t` the hidden-side matrices as transposed views, as the cell's `step` loop takes them.
-    `loops` is the cell's loops for the weights' device; None: the cell's own `recur` steps."""
+    `hidden_t` the hidden-side matrices as transposed views, as the cell's `advance` loop takes them.
+    `loops` is the cell's loops for the weights' device; None: the cell's own `recur`."""
 
     def __init__(self, layer: RecurrentLayer, first: bool, loops: Loops | None):
         cell = layer.cell
@@ -425,7 +422,7 @@ class LayerStep:
 
     @staticmethod
     def arrange_hidden(cell: Cell) -> list[Tensor]:
-        """The hidden side as the step takes it: one transposed view (H, G*H) of a matrix; a vector
+        """The hidden side as the advance takes it: one transposed view (H, G*H) of a matrix; a vector
         (G*H) as it is."""
         return [cell.weight_hh.T if cell.recurrence == "matrix" else cell.weight_hh]
 
@@ -433,11 +430,11 @@ class LayerStep:
         """Input-side products (B, G*H), biases included, from the layer below's output x (B, I)."""
         return linear(x, self.input_t.T, self.bias, narrow=True)
 
-    def step(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
+    def advance(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
         """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""
         if state is None:
             state = zeros(self.state_entries, gates_x.shape[0], self.hidden_size, gates_x)
         if self.loops is None:
             return self.cell.recur(gates_x, state)
-        new = self.loops.step(gates_x, *entries(state), *self.hidden_t)  # h, or (h, c)
+        new = self.loops.advance(gates_x, *entries(state), *self.hidden_t)  # h, or (h, c)
         return new if isinstance(new, Tensor) else tuple(new)

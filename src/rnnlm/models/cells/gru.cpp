@@ -1,4 +1,4 @@
-// The GRU's loops for CPU tensors: the scan's forward and backward and the one-token step of
+// The GRU's loops for CPU tensors: the scan's forward and backward and the advance by one token of
 // gru.py (its Python twin, with the same inputs, outputs and maths), registered as "gru".
 // Gate order in a row: r, z, n (the candidate).
 
@@ -7,10 +7,10 @@
 namespace rnnlm::cells::gru {
 namespace {
 
-// ---------------------------------------------------------------- one row of a forward step
+// ---------------------------------------------------------------- one row of a forward time step
 
-// The gate maths of one batch row, shared by the scan's forward and the sampling step. `bias` is
-// null for the sampling step, whose input products already carry the biases; `mask` is null when
+// The gate maths of one batch row, shared by the scan's forward and the sampling advance. `bias` is
+// null for the sampling advance, whose input products already carry the biases; `mask` is null when
 // there is no dropout.
 
 // GRU, r and z: rz[j] = sigmoid(x + bias + hidden) for j < 2H (rz may be hidden itself), then
@@ -51,11 +51,11 @@ std::tuple<Tensor, Tensor> gru_forward(
   Tensor reset_h = at::empty({T, B, H}, products.options());
   Tensor hs = at::empty({T, B, H}, products.options());
   const Tensor bias = bias_in.contiguous();  // (3H)
-  const StepProduct times_rz(weight_hh.slice(0, 0, 2 * H), B, T), times_n(weight_hh.slice(0, 2 * H), B, T);
+  const NarrowProduct times_rz(weight_hh.slice(0, 0, 2 * H), B, T), times_n(weight_hh.slice(0, 2 * H), B, T);
   Tensor h = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "gru_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
-    // step t's rows by pointer arithmetic: a tensor view per step costs a dispatch each
+    // step t's rows by pointer arithmetic: a tensor view per time step costs a dispatch each
     scalar_t* gates_p = gates.data_ptr<scalar_t>();
     scalar_t* reset_p = reset_h.data_ptr<scalar_t>();
     scalar_t* hs_p = hs.data_ptr<scalar_t>();
@@ -85,11 +85,11 @@ std::tuple<Tensor, Tensor> gru_forward(
 // grad_hs (T, B, H), h0, weight_hh, gates, hs, masks as saved by gru_forward; gates is overwritten
 // with their gradients w.r.t. the pre-activations -> grad_h0 (B, H).
 //
-// The two row passes write each step's gate gradients twice: over the gates (for the weight
-// gradients, after the scan) and into dense (B, 2H) and (B, H) arrays, the inputs of the step's two
+// The two row passes write each time step's gate gradients twice: over the gates (for the weight
+// gradients, after the scan) and into dense (B, 2H) and (B, H) arrays, the inputs of the time step's two
 // products (oneDNN reads dense rows, and the gates' rows are 3H wide: without them each product
 // would copy its slice first). The gradient that reaches h_prev through the r and z product is added
-// in the next step's first pass rather than by a pass of its own.
+// in the next time step's first pass rather than by a pass of its own.
 Tensor gru_backward(
     Tensor grad_hs, Tensor h0, Tensor weight_hh, Tensor gates, Tensor hs, std::optional<Tensor> masks) {
   check_in_place(gates, "gates");
@@ -97,7 +97,7 @@ Tensor gru_backward(
   masks = contiguous(masks);
   const int64_t T = hs.size(0), B = hs.size(1), H = hs.size(2);
   Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
-  const StepProduct times_rz_t(weight_hh.slice(0, 0, 2 * H).t(), B, T), times_n_t(weight_hh.slice(0, 2 * H).t(), B, T);
+  const NarrowProduct times_rz_t(weight_hh.slice(0, 0, 2 * H).t(), B, T), times_n_t(weight_hh.slice(0, 2 * H).t(), B, T);
   Tensor grad_h = at::zeros({B, H}, hs.options());  // through the direct paths to h_prev
   Tensor through_rz = at::zeros({B, H}, hs.options());  // grad_rz W_rz: through r and z to h_prev
   Tensor grad_rz = at::empty({B, 2 * H}, hs.options()), grad_n = at::empty({B, H}, hs.options());  // dense copies
@@ -157,16 +157,16 @@ Tensor gru_backward(
 
 // No autograd, nothing saved, the input side already done: gates_x holds the input-side products
 // with every bias added, the hidden-side matrices come transposed. One call replaces the five to
-// seven ATen calls a Python step makes, most of a step's time at batch 1 for the smaller models.
+// seven ATen calls a Python step makes, most of a time step's time at batch 1 for the smaller models.
 
 // gates_x (B, 3H), h (B, H), rz_t (H, 2H), n_t (H, H) -> the new h (B, H).
-Tensor gru_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t, const Tensor& n_t) {
+Tensor gru_advance(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t, const Tensor& n_t) {
   const Tensor gates_x = gates_x_in.contiguous(), h = h_in.contiguous();
   const int64_t B = h.size(0), H = h.size(1);
-  Tensor rz = step_product(h, rz_t);  // (B, 2H), activated in place
+  Tensor rz = narrow_product(h, rz_t);  // (B, 2H), activated in place
   Tensor reset_h = at::empty_like(h);
   Tensor h_new = at::empty_like(h);
-  AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "gru_step", [&] {
+  AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "gru_advance", [&] {
     const scalar_t* gx_p = gates_x.data_ptr<scalar_t>();
     const scalar_t* h_p = h.data_ptr<scalar_t>();
     scalar_t* rz_p = rz.data_ptr<scalar_t>();
@@ -175,7 +175,7 @@ Tensor gru_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t
       scalar_t* rz_b = rz_p + b * 2 * H;  // the hidden-side products, activated in place
       gru_gates_row<scalar_t>(gx_p + b * 3 * H, nullptr, rz_b, rz_b, h_p + b * H, rh_p + b * H, H);
     });
-    Tensor hidden_n = step_product(reset_h, n_t);  // (B, H)
+    Tensor hidden_n = narrow_product(reset_h, n_t);  // (B, H)
     const scalar_t* hn_p = hidden_n.data_ptr<scalar_t>();
     scalar_t* out_p = h_new.data_ptr<scalar_t>();
     for_rows(B, 3 * H, [&](int64_t b) {
@@ -186,18 +186,18 @@ Tensor gru_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& rz_t
   return h_new;
 }
 
-std::vector<Tensor> layer_step(const Tensor& gates_x, const std::vector<Tensor>& state, const std::vector<Tensor>& hidden_t) {
+std::vector<Tensor> layer_advance(const Tensor& gates_x, const std::vector<Tensor>& state, const std::vector<Tensor>& hidden_t) {
   const Tensor h = state.empty() ? at::zeros({gates_x.size(0), hidden_t[0].size(0)}, gates_x.options()) : state[0];
-  return {gru_step(gates_x, h, hidden_t[0], hidden_t[1])};
+  return {gru_advance(gates_x, h, hidden_t[0], hidden_t[1])};
 }
 
 void bind(pybind11::module_& m) {
   m.def("gru_forward", &gru_forward);
   m.def("gru_backward", &gru_backward);
-  m.def("gru_step", &gru_step);
+  m.def("gru_advance", &gru_advance);
 }
 
-const RegisterCell registered("gru", {&layer_step, &bind});
+const RegisterCell registered("gru", {&layer_advance, &bind});
 
 }  // namespace
 }  // namespace rnnlm::cells::gru

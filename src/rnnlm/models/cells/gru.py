@@ -1,10 +1,10 @@
-"""The study's GRU, one slice: readable cell, Python loops, gradient assembly, layer, sampling step.
+"""The study's GRU, one slice: readable cell, Python loops, gradient assembly, layer, sampling advance.
 
 Its compiled loops are in `gru.cpp` and its Triton loops in `gru_triton.py`, beside this file; tests
-hold all three to `GRUCell.step` in float64 (see `base` for what the loops do and why).
+hold all three to `GRUCell.advance` in float64 (see `base` for what the loops do and why).
 
 The study's reset gate scales h *before* its matrix (PyTorch's GRU scales the product instead), so a
-step needs r before the candidate's product: two hidden-side products per step, not one.
+step needs r before the candidate's product: two hidden-side products per time step, not one.
 Gate order in the fused matrices: r, z, n (the candidate).
 """
 
@@ -19,7 +19,7 @@ from rnnlm.compute.products import t_mm
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,
-    LayerStep,
+    LayerAdvance,
     Loops,
     RecurrentLayer,
     consumed,
@@ -58,7 +58,7 @@ class GRUCell(Cell):
         nn.init.zeros_(self.bias_rz)
 
     def recur(self, gates_x: Tensor, h: Tensor) -> Tensor:
-        """One step. gates_x (B, 3H): the input-side pre-activations of r, z and h~ with every bias
+        """One time step. gates_x (B, 3H): the input-side pre-activations of r, z and h~ with every bias
         (`input_bias`), h (B, H) -> h' (B, H)."""
         H = self.hidden_size
         rz_x, candidate_x = gates_x.split([2 * H, H], dim=1)
@@ -125,7 +125,7 @@ def backward(grad_hs, h0, weight_hh, gates, hs, masks):
     return grad_h
 
 
-def step(gates_x, h, rz_t, n_t):
+def advance(gates_x, h, rz_t, n_t):
     """One token: gates_x (B, 3H) the input-side products with every bias added, h (B, H),
     rz_t (H, 2H), n_t (H, H) transposed hidden-side matrices -> the new h (B, H)."""
     H = h.shape[1]
@@ -138,12 +138,12 @@ def step(gates_x, h, rz_t, n_t):
 
 
 class GRUScan(torch.autograd.Function):
-    """The GRU over T steps.
+    """The GRU over T time steps.
 
     In:  spec (whose loops run); products (T, B, 3H) = x W_ih^T for r, z, candidate, contiguous,
          consumed: overwritten with the activated gates; h0 (B, H); weight_hh (3H, H); bias_ih (3H);
          bias_rz (2H); masks (T, B, H) or None.
-    Out: hs (T, B, H), the state after every step (the last one is the final state), and the
+    Out: hs (T, B, H), the state after every time step (the last one is the final state), and the
          gates (the products tensor itself, not differentiable).
     """
 
@@ -186,7 +186,7 @@ class GRULayer(RecurrentLayer):
         return hs, hs[-1]
 
 
-class GRUStep(LayerStep):
+class GRUAdvance(LayerAdvance):
     """The hidden-side matrices as two transposed views: rz_t (H, 2H) and n_t (H, H)."""
 
     @staticmethod
@@ -198,8 +198,8 @@ class GRUStep(LayerStep):
 SPEC = CellSpec(
     name="gru",
     layer=GRULayer,
-    layer_step=GRUStep,
-    python_loops=Loops(forward, backward, step),
+    layer_advance=GRUAdvance,
+    python_loops=Loops(forward, backward, advance),
     triton_module="rnnlm.models.cells.gru_triton",
     hidden_products=(2, 1),  # the candidate's product needs r * h first: r and z's rows, then its own
 )

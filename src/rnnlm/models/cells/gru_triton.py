@@ -1,4 +1,4 @@
-"""The GRU's per-step loops for CUDA: 2 products and 2 fused kernels per step each way (the
+"""The GRU's per-time-step loops for CUDA: 2 products and 2 fused kernels per time step each way (the
 study's reset gate needs r before the candidate's product). See `triton_common` for the contract.
 """
 
@@ -48,7 +48,7 @@ def _gru_forward_new_h(gates, bias_n, h, mask, h_new, n, H: tl.constexpr, HAS_MA
 @triton.jit
 def _gru_backward_zn(gates, grad_out, carried, mask, h_prev, direct, n, H: tl.constexpr, HAS_CARRY: tl.constexpr,
                      HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
-    """grad = (grad_out + carried) * mask, w.r.t. the step's new h; writes the gradients w.r.t. the
+    """grad = (grad_out + carried) * mask, w.r.t. the time step's new h; writes the gradients w.r.t. the
     pre-activations of z and the candidate over z and the candidate; direct = grad * (1 - z)."""
     u, b, j, ok = _unit(n, H, BLOCK)
     row = gates + b * (3 * H) + j
@@ -122,5 +122,5 @@ def backward(grad_hs, h0, weight_hh, gates, hs, masks):
     return carried
 
 
-LOOPS = Loops(forward, backward, gru.step)
-"""The GRU's loops on CUDA; the one-token step is the Python one (a few cuBLAS calls)."""
+LOOPS = Loops(forward, backward, gru.advance)
+"""The GRU's loops on CUDA; the advance by one token is the Python one (a few cuBLAS calls)."""

@@ -1,4 +1,4 @@
-// The LSTM's loops for CPU tensors: the scan's forward and backward and the one-token step of
+// The LSTM's loops for CPU tensors: the scan's forward and backward and the advance by one token of
 // lstm.py (its Python twin, with the same inputs, outputs and maths), registered as "lstm".
 // Gate order in a row: i, f, o, g. The state has two entries, h and c.
 
@@ -7,10 +7,10 @@
 namespace rnnlm::cells::lstm {
 namespace {
 
-// ---------------------------------------------------------------- one row of a forward step
+// ---------------------------------------------------------------- one row of a forward time step
 
-// The gate maths of one batch row, shared by the scan's forward and the sampling step. `bias` is
-// null for the sampling step, whose input products already carry the biases; `mask` is null when
+// The gate maths of one batch row, shared by the scan's forward and the sampling advance. `bias` is
+// null for the sampling advance, whose input products already carry the biases; `mask` is null when
 // there is no dropout.
 
 // LSTM: gates i, f, o = sigmoid, g = tanh of x + bias + hidden (kept unless `gates_out` is null);
@@ -48,12 +48,12 @@ std::tuple<Tensor, Tensor> lstm_forward(
   Tensor hs = at::empty({T, B, H}, products.options());
   Tensor cs = at::empty({T, B, H}, products.options());
   Tensor bias = bias_ih.contiguous();
-  const StepProduct times_hh(weight_hh, B, T);
+  const NarrowProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous();
   const Tensor c = c0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "lstm_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
-    // step t's rows by pointer arithmetic: a tensor view per step costs a dispatch each
+    // step t's rows by pointer arithmetic: a tensor view per time step costs a dispatch each
     scalar_t* gates_p = gates.data_ptr<scalar_t>();
     scalar_t* cs_p = cs.data_ptr<scalar_t>();
     scalar_t* hs_p = hs.data_ptr<scalar_t>();
@@ -85,7 +85,7 @@ std::tuple<Tensor, Tensor> lstm_backward(
   masks = contiguous(masks);
   const int64_t T = cs.size(0), B = cs.size(1), H = cs.size(2);
   const Tensor& grad_gates = gates;  // each lane reads its gates before writing their gradients
-  const StepProduct times_hh_t(weight_hh.t(), B, T);
+  const NarrowProduct times_hh_t(weight_hh.t(), B, T);
   Tensor grad_h = at::zeros({B, H}, cs.options());
   Tensor grad_c = grad_c_last.contiguous().clone();
   Tensor c0c = c0.contiguous();
@@ -129,15 +129,15 @@ std::tuple<Tensor, Tensor> lstm_backward(
 
 // No autograd, nothing saved, the input side already done: gates_x holds the input-side products
 // with every bias added, the hidden-side matrices come transposed. One call replaces the five to
-// seven ATen calls a Python step makes, most of a step's time at batch 1 for the smaller models.
+// seven ATen calls a Python step makes, most of a time step's time at batch 1 for the smaller models.
 
 // gates_x (B, 4H), h, c (B, H), hh_t (H, 4H) -> the new h and c (B, H).
-std::tuple<Tensor, Tensor> lstm_step(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& c_in, const Tensor& hh_t) {
+std::tuple<Tensor, Tensor> lstm_advance(const Tensor& gates_x_in, const Tensor& h_in, const Tensor& c_in, const Tensor& hh_t) {
   const Tensor gates_x = gates_x_in.contiguous(), c = c_in.contiguous();
   const int64_t B = c.size(0), H = c.size(1);
-  Tensor hidden = step_product(h_in, hh_t);  // (B, 4H)
+  Tensor hidden = narrow_product(h_in, hh_t);  // (B, 4H)
   Tensor h_new = at::empty_like(c), c_new = at::empty_like(c);
-  AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), "lstm_step", [&] {
+  AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), "lstm_advance", [&] {
     const scalar_t* gx_p = gates_x.data_ptr<scalar_t>();
     const scalar_t* hid_p = hidden.data_ptr<scalar_t>();
     const scalar_t* c_p = c.data_ptr<scalar_t>();
@@ -151,23 +151,23 @@ std::tuple<Tensor, Tensor> lstm_step(const Tensor& gates_x_in, const Tensor& h_i
   return {h_new, c_new};
 }
 
-std::vector<Tensor> layer_step(const Tensor& gates_x, const std::vector<Tensor>& state, const std::vector<Tensor>& hidden_t) {
+std::vector<Tensor> layer_advance(const Tensor& gates_x, const std::vector<Tensor>& state, const std::vector<Tensor>& hidden_t) {
   if (state.empty()) {
     const Tensor zeros = at::zeros({gates_x.size(0), hidden_t[0].size(0)}, gates_x.options());
-    auto [h, c] = lstm_step(gates_x, zeros, zeros, hidden_t[0]);
+    auto [h, c] = lstm_advance(gates_x, zeros, zeros, hidden_t[0]);
     return {h, c};
   }
-  auto [h, c] = lstm_step(gates_x, state[0], state[1], hidden_t[0]);
+  auto [h, c] = lstm_advance(gates_x, state[0], state[1], hidden_t[0]);
   return {h, c};
 }
 
 void bind(pybind11::module_& m) {
   m.def("lstm_forward", &lstm_forward);
   m.def("lstm_backward", &lstm_backward);
-  m.def("lstm_step", &lstm_step);
+  m.def("lstm_advance", &lstm_advance);
 }
 
-const RegisterCell registered("lstm", {&layer_step, &bind});
+const RegisterCell registered("lstm", {&layer_advance, &bind});
 
 }  // namespace
 }  // namespace rnnlm::cells::lstm

@@ -1,6 +1,6 @@
 """The LSTM (Leviathan's cell), one slice: readable cell, Python loops, gradient assembly, layer,
-sampling step. Compiled loops in `lstm.cpp`, Triton loops in `lstm_triton.py`; tests hold all three
-to `LSTMCell.step` in float64 (see `base` for what the loops do and why).
+sampling advance. Compiled loops in `lstm.cpp`, Triton loops in `lstm_triton.py`; tests hold all three
+to `LSTMCell.advance` in float64 (see `base` for what the loops do and why).
 
 Its state has two entries, (h, c). Gate order in the fused matrices: i, f, o, g.
 """
@@ -15,7 +15,7 @@ from torch.autograd.function import once_differentiable
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,
-    LayerStep,
+    LayerAdvance,
     Loops,
     RecurrentLayer,
     consumed,
@@ -44,7 +44,7 @@ class LSTMCell(Cell):
     state_entries = 2
 
     def recur(self, gates_x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        """One step. gates_x (B, 4H): the input-side pre-activations of i, f, o, g with their biases,
+        """One time step. gates_x (B, 4H): the input-side pre-activations of i, f, o, g with their biases,
         (h, c) each (B, H) -> (h', c')."""
         h, c = state
         i, f, o, g = (gates_x + h @ self.weight_hh.T).chunk(4, dim=1)
@@ -102,7 +102,7 @@ def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
     return grad_h, grad_c
 
 
-def step(gates_x, h, c, hh_t):
+def advance(gates_x, h, c, hh_t):
     """One token: gates_x (B, 4H) with every bias added, h, c (B, H), hh_t (H, 4H) -> the new h and c (B, H)."""
     H = h.shape[1]
     gates = torch.addmm(gates_x, h, hh_t)  # (B, 4H): i, f, o, g
@@ -116,11 +116,11 @@ def step(gates_x, h, c, hh_t):
 
 
 class LSTMScan(torch.autograd.Function):
-    """The LSTM over T steps.
+    """The LSTM over T time steps.
 
     In:  spec (whose loops run); products (T, B, 4H) = x W_ih^T, contiguous, consumed (overwritten
          with the activated gates); h0, c0 (B, H); weight_hh (4H, H); bias_ih (4H); masks or None.
-    Out: hs (T, B, H), the h after every step, the final c (B, H), and the gates (not differentiable).
+    Out: hs (T, B, H), the h after every time step, the final c (B, H), and the gates (not differentiable).
     """
 
     @staticmethod
@@ -158,7 +158,7 @@ class LSTMLayer(RecurrentLayer):
 SPEC = CellSpec(
     name="lstm",
     layer=LSTMLayer,
-    layer_step=LayerStep,
-    python_loops=Loops(forward, backward, step),
+    layer_advance=LayerAdvance,
+    python_loops=Loops(forward, backward, advance),
     triton_module="rnnlm.models.cells.lstm_triton",
 )

@@ -1,4 +1,4 @@
-"""The LSTM's per-step loops for CUDA: 1 product and 1 fused kernel per step each way.
+"""The LSTM's per-time-step loops for CUDA: 1 product and 1 fused kernel per time step each way.
 See `triton_common` for the contract.
 """
 
@@ -98,5 +98,5 @@ def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
     return carried, grad_c
 
 
-LOOPS = Loops(forward, backward, lstm.step)
-"""The LSTM's loops on CUDA; the one-token step is the Python one (a few cuBLAS calls)."""
+LOOPS = Loops(forward, backward, lstm.advance)
+"""The LSTM's loops on CUDA; the advance by one token is the Python one (a few cuBLAS calls)."""

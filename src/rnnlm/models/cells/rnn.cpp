@@ -1,4 +1,4 @@
-// The tanh RNN's loops for CPU tensors: the scan's forward and backward and the one-token step of
+// The tanh RNN's loops for CPU tensors: the scan's forward and backward and the advance by one token of
 // rnn.py (its Python twin, with the same inputs, outputs and maths), registered as "rnn".
 
 #include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
@@ -17,11 +17,11 @@ Tensor rnn_forward(Tensor products, Tensor h0, Tensor weight_hh, Tensor bias_ih,
   const Tensor& activations = products;
   Tensor hs = at::empty_like(products);
   Tensor bias = bias_ih.contiguous();
-  const StepProduct times_hh(weight_hh, B, T);
+  const NarrowProduct times_hh(weight_hh, B, T);
   Tensor h = h0.contiguous();
   AT_DISPATCH_FLOATING_TYPES(products.scalar_type(), "rnn_forward", [&] {
     const scalar_t* bias_p = bias.data_ptr<scalar_t>();
-    // step t's rows by pointer arithmetic: a tensor view per step costs a dispatch each
+    // step t's rows by pointer arithmetic: a tensor view per time step costs a dispatch each
     scalar_t* a_p = activations.data_ptr<scalar_t>();
     scalar_t* hs_p = hs.data_ptr<scalar_t>();
     for (int64_t t = 0; t < T; ++t) {
@@ -52,7 +52,7 @@ Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::o
   masks = contiguous(masks);
   const int64_t T = activations.size(0), B = activations.size(1), H = activations.size(2);
   const Tensor& grad_pre = activations;
-  const StepProduct times_hh_t(weight_hh.t(), B, T);
+  const NarrowProduct times_hh_t(weight_hh.t(), B, T);
   Tensor grad_h = at::zeros({B, H}, activations.options());
   AT_DISPATCH_FLOATING_TYPES(activations.scalar_type(), "rnn_backward", [&] {
     const Vec<scalar_t> one(1);
@@ -82,26 +82,26 @@ Tensor rnn_backward(Tensor grad_hs, Tensor weight_hh, Tensor activations, std::o
 
 // No autograd, nothing saved, the input side already done: gates_x holds the input-side products
 // with every bias added, the hidden-side matrices come transposed. One call replaces the five to
-// seven ATen calls a Python step makes, most of a step's time at batch 1 for the smaller models.
+// seven ATen calls a Python step makes, most of a time step's time at batch 1 for the smaller models.
 
 // gates_x (B, H), h (B, H), hh_t (H, H) -> the new h (B, H).
-Tensor rnn_step(const Tensor& gates_x, const Tensor& h, const Tensor& hh_t) {
-  if (!step_uses_onednn(h, hh_t)) return at::addmm(gates_x, h, hh_t).tanh_();
-  return step_product(h, hh_t).add_(gates_x).tanh_();
+Tensor rnn_advance(const Tensor& gates_x, const Tensor& h, const Tensor& hh_t) {
+  if (!narrow_uses_onednn(h, hh_t)) return at::addmm(gates_x, h, hh_t).tanh_();
+  return narrow_product(h, hh_t).add_(gates_x).tanh_();
 }
 
-std::vector<Tensor> layer_step(const Tensor& gates_x, const std::vector<Tensor>& state, const std::vector<Tensor>& hidden_t) {
+std::vector<Tensor> layer_advance(const Tensor& gates_x, const std::vector<Tensor>& state, const std::vector<Tensor>& hidden_t) {
   const Tensor h = state.empty() ? at::zeros({gates_x.size(0), hidden_t[0].size(0)}, gates_x.options()) : state[0];
-  return {rnn_step(gates_x, h, hidden_t[0])};
+  return {rnn_advance(gates_x, h, hidden_t[0])};
 }
 
 void bind(pybind11::module_& m) {
   m.def("rnn_forward", &rnn_forward);
   m.def("rnn_backward", &rnn_backward);
-  m.def("rnn_step", &rnn_step);
+  m.def("rnn_advance", &rnn_advance);
 }
 
-const RegisterCell registered("rnn", {&layer_step, &bind});
+const RegisterCell registered("rnn", {&layer_advance, &bind});
 
 }  // namespace
 }  // namespace rnnlm::cells::rnn

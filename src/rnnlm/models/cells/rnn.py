@@ -1,6 +1,6 @@
 """The plain (Elman) tanh RNN, the recurrent baseline, one slice: readable cell, Python loops,
 gradient assembly, layer. Compiled loops in `rnn.cpp`, Triton loops in `rnn_triton.py`; tests hold
-all three to `RNNCell.step` in float64 (see `base` for what the loops do and why).
+all three to `RNNCell.advance` in float64 (see `base` for what the loops do and why).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch.autograd.function import once_differentiable
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,
-    LayerStep,
+    LayerAdvance,
     Loops,
     RecurrentLayer,
     consumed,
@@ -33,7 +33,7 @@ class RNNCell(Cell):
     gates = 1
 
     def recur(self, gates_x: Tensor, h: Tensor) -> Tensor:
-        """One step. gates_x (B, H) = W_x x + b, h (B, H) -> h' (B, H)."""
+        """One time step. gates_x (B, H) = W_x x + b, h (B, H) -> h' (B, H)."""
         return torch.tanh(gates_x + h @ self.weight_hh.T)
 
 
@@ -67,7 +67,7 @@ def backward(grad_hs, weight_hh, activations, masks):
     return grad_h
 
 
-def step(gates_x, h, hh_t):
+def advance(gates_x, h, hh_t):
     """One token: gates_x (B, H) with the bias added, h (B, H), hh_t (H, H) -> the new h (B, H)."""
     return torch.addmm(gates_x, h, hh_t).tanh_()
 
@@ -76,12 +76,12 @@ def step(gates_x, h, hh_t):
 
 
 class RNNScan(torch.autograd.Function):
-    """A one-state, one-gate cell over T steps: the tanh RNN, or any cell of that shape with loops of
+    """A one-state, one-gate cell over T time steps: the tanh RNN, or any cell of that shape with loops of
     its own (the spec says whose loops run).
 
     In:  spec; products (T, B, H) = x W_ih^T, contiguous, consumed (overwritten with the activations);
          h0 (B, H); weight_hh (H, H); bias_ih (H); masks or None.
-    Out: hs (T, B, H), the state after every step, and the activations (not differentiable).
+    Out: hs (T, B, H), the state after every time step, and the activations (not differentiable).
     """
 
     @staticmethod
@@ -116,7 +116,7 @@ class RNNLayer(RecurrentLayer):
 SPEC = CellSpec(
     name="rnn",
     layer=RNNLayer,
-    layer_step=LayerStep,
-    python_loops=Loops(forward, backward, step),
+    layer_advance=LayerAdvance,
+    python_loops=Loops(forward, backward, advance),
     triton_module="rnnlm.models.cells.rnn_triton",
 )

@@ -1,4 +1,4 @@
-"""The tanh RNN's per-step loops for CUDA: 1 product and 1 fused kernel per step each way.
+"""The tanh RNN's per-time-step loops for CUDA: 1 product and 1 fused kernel per time step each way.
 See `triton_common` for the contract.
 """
 
@@ -73,5 +73,5 @@ def backward(grad_hs, weight_hh, activations, masks):
     return carried
 
 
-LOOPS = Loops(forward, backward, rnn.step)
-"""The tanh RNN's loops on CUDA; the one-token step is the Python one (a few cuBLAS calls)."""
+LOOPS = Loops(forward, backward, rnn.advance)
+"""The tanh RNN's loops on CUDA; the advance by one token is the Python one (a few cuBLAS calls)."""

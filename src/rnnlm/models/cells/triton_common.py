@@ -1,23 +1,24 @@
 """What the cells' Triton loops share (`gru_triton.py`, `lstm_triton.py`, `rnn_triton.py`): CUDA's
-per-step loops, products in cuBLAS, each step's elementwise work fused into one or two Triton kernels.
+per-time-step loops, products in cuBLAS, each time step's elementwise work fused into one or two
+Triton kernels.
 
 Same functions, signatures and in-place contract as each cell's Python loops (see `base`): the
 products become the activated gates in the forward pass, the gates become their gradients in the
-backward pass. What changes is the number of kernels a step launches. The ATen loops launch one
+backward pass. What changes is the number of kernels a time step launches. The ATen loops launch one
 kernel per operation, about 20 per layer and time step for the GRU, each of which costs a launch
-and a trip through memory; here a GRU step is 2 products and 2 fused kernels forward and the same
-backward, an LSTM or tanh-RNN step 1 product and 1 kernel each way. Profiled on an H100
-(benchmarks/gpu_check.py --profile), the elementwise kernels were half of a step's GPU time.
+and a trip through memory; here a GRU time step is 2 products and 2 fused kernels forward and the same
+backward, an LSTM or tanh-RNN time step 1 product and 1 kernel each way. Profiled on an H100
+(benchmarks/gpu_check.py --profile), the elementwise kernels were half of a time step's GPU time.
 
 The study's reset gate (applied to h before W_h) is why the GRU needs two kernels each way: the
 candidate's product needs r * h, so the gates r, z are finished before it and the candidate after.
 
-Each kernel covers the B*H units of one step in blocks; a unit's gate g of row b sits at column
+Each kernel covers the B*H units of one time step in blocks; a unit's gate g of row b sits at column
 g*H + j of that row. tanh is computed from exp (1 - 2 / (exp(2x) + 1)), the form Triton's CPU
 interpreter also runs, so the tests run these kernels on a machine without a GPU
 (TRITON_INTERPRET=1), in float64 and float32, against the readable cells.
 
-Shapes: T steps, B batch, H hidden units; time-major; every (B, H) buffer contiguous.
+Shapes: T time steps, B batch, H hidden units; time-major; every (B, H) buffer contiguous.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ def _child(corpus: str, model: str, scale: float) -> None:
     from rnnlm.data.tokenizers import CharTokenizer
     from rnnlm.params import parse_params
     from rnnlm.params_base import read_yaml
+    from rnnlm.training.record import RunRecord
     from rnnlm.training.settings import run_settings
     from rnnlm.training.train import train
 
@@ -67,7 +68,7 @@ def _child(corpus: str, model: str, scale: float) -> None:
     split = split_corpus(text, params["data"]["train_fraction"])
     tokenizer = CharTokenizer(character_vocabulary(text))
     result = train(run_settings(parse_params(params), model, tokenizer.vocab_size), tokenizer, split.train, split.val,
-                   progress=False)
+                   RunRecord(bar=False))
     digest = hashlib.sha256()
     for name, tensor in sorted(result.checkpoint.model_state.items()):
         digest.update(name.encode() + tensor.numpy().tobytes())

@@ -364,4 +364,4 @@ def train_model(params, name, tokenizer, train_text, val_text, **record):
     from rnnlm.training.train import train
 
     return train(run_settings(params, name, tokenizer.vocab_size), tokenizer, train_text, val_text,
-                 RunRecord(**record), progress=False)
+                 RunRecord(bar=False, **record))

@@ -74,7 +74,7 @@ def trace_second_block(raw_params: dict, model: str) -> tuple[set[str], set[str]
 
     sys.setprofile(seen)
     try:
-        loop_module.train(run, TOKENIZER, SPLIT.train, SPLIT.val, RunRecord(), progress=False)
+        loop_module.train(run, TOKENIZER, SPLIT.train, SPLIT.val, RunRecord(bar=False))
     finally:
         sys.setprofile(None)
     return path, beside - path

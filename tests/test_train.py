@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -311,6 +312,17 @@ def test_no_progress_bar_when_the_output_is_not_a_terminal(raw_params, capsys):
     out, err = capsys.readouterr()
     assert "it/s" not in err and "%|" not in err
     assert [line.split(" | ")[0] for line in out.splitlines()] == [f"astra_alpha epoch {e:02d}/3" for e in (1, 2, 3)]
+
+
+def test_the_progress_bar_follows_each_epoch_on_a_terminal_and_not_when_asked_off(raw_params, capsys, monkeypatch):
+    params = tiny_params(raw_params, epochs=2)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    train(run_settings(params, "astra_alpha", TOKENIZER.vocab_size), TOKENIZER, SPLIT.train, SPLIT.val)
+    err = capsys.readouterr().err
+    assert err.count("astra_alpha epoch 1/2") >= 1 and err.count("astra_alpha epoch 2/2") >= 1
+    assert "12/12" in err and "loss=" in err and "tok_s=" in err  # every step of an epoch, with its loss and rate
+    _train(params)  # RunRecord(bar=False)
+    assert "astra_alpha epoch 1/2" not in capsys.readouterr().err
 
 
 def test_a_sequence_longer_than_the_validation_split_is_refused_before_training(raw_params):

@@ -1,6 +1,6 @@
 """What a training run records beside its loop: its resume file and when it is written, the machines
-it trained on, the weights after its first epoch, its live figures, its epoch lines and where its
-time went. The loop (`rnnlm.training.train`) tells the record where it stands at the end of every
+it trained on, the weights after its first epoch, its live figures, its progress bar and epoch
+lines, and where its time went. The loop (`rnnlm.training.train`) tells the record where it stands at the end of every
 block of `train.check_every` steps and of every epoch; the record never changes what the loop
 computes.
 
@@ -18,6 +18,7 @@ the saved generator, so a run resumed there ends bit-identical (on the CPU) to o
 from __future__ import annotations
 
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from rnnlm.compute import backend, cpu
 from rnnlm.data.tokenizers import Tokenizer
@@ -91,13 +93,15 @@ class RunRecord:
     """The record of one run (module docstring). `resume_dir`: where its resume file goes (None: no
     file); `clock`: times the per-epoch validation, the saves and the live report; `on_progress`:
     called with the run's `Progress` after each save; `on_epoch_end`: called with the epoch's number
-    once it is recorded (a test stops a run there)."""
+    once it is recorded (a test stops a run there); `bar`: a progress bar per epoch, shown on a
+    terminal only (in a log each refresh would be a line; there the epoch's line reports)."""
 
     def __init__(self, resume_dir: Path | None = None, save_every_s: float = SAVE_EVERY_S,
                  clock: StageClock | None = None, on_progress: Callable[[Progress], None] | None = None,
-                 on_epoch_end: Callable[[int], None] | None = None):
+                 on_epoch_end: Callable[[int], None] | None = None, bar: bool = True):
         self.resume_dir, self.save_every_s, self.clock = resume_dir, save_every_s, clock
         self.on_progress, self.on_epoch_end = on_progress, on_epoch_end
+        self.show_bar, self.bar = bar and sys.stderr.isatty(), None  # the epoch's bar, made at its first block end
         self.first_epoch_state: dict[str, Tensor] | None = None  # the weights after epoch 1, on the CPU
 
     def begin(self, run: RunSettings, parts: Parts, fingerprint: str) -> Start:
@@ -136,10 +140,22 @@ class RunRecord:
                                 "its resume file is removed, so a rerun starts afresh") from None
 
     def block_end(self, epoch: int, history: History, seconds: float, progress: EpochProgress) -> None:
-        """Inside epoch `epoch`, after `progress.steps` of its steps: a save, once `save_every_s` have passed."""
+        """Inside epoch `epoch`, after `progress.steps` of its steps: the bar moved on, and a save once
+        `save_every_s` have passed."""
+        self._show(epoch, progress.steps, history.steps[-1])
         if progress.steps < self.run.steps_per_epoch and time.perf_counter() - self.last_save >= self.save_every_s:
             self._save(epoch - 1, history, seconds, progress)
             self._report(history, seconds)
+
+    def _show(self, epoch: int, steps: int, last: dict[str, Any]) -> None:
+        """The epoch's bar at `steps` of its steps, with the last step's loss and its block's rate."""
+        if not self.show_bar:
+            return
+        if self.bar is None:
+            self.bar = tqdm(total=self.run.steps_per_epoch, desc=f"{self.run.name} epoch {epoch}/{self.run.epochs}",
+                            leave=False, mininterval=1.0, dynamic_ncols=True)
+        self.bar.update(steps - self.bar.n)
+        self.bar.set_postfix(loss=f"{last['train_loss']:.3f}", tok_s=f"{last['tokens_per_second']:,.0f}")
 
     def validation(self):
         """Times the per-epoch validation (a context manager)."""
@@ -149,6 +165,9 @@ class RunRecord:
         """After epoch `epoch`: its weights kept if it is the first, the resume file saved (every epoch
         at full scale; a quick run on the save cadence: writing its state each epoch took a tenth of
         its time), then its `line` printed (a line in the log means the epoch is done and kept)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
         if epoch == 1:
             self.first_epoch_state = {k: v.detach().cpu().clone() for k, v in self.parts.model.state_dict().items()}
         if not quick(self.run.train.steps_scale) or time.perf_counter() - self.last_save >= self.save_every_s:

@@ -26,12 +26,10 @@ import copy
 import hashlib
 import json
 import statistics
-import sys
 import time
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
 from rnnlm.compute import threads
 from rnnlm.data.tokenizers import Tokenizer
@@ -44,11 +42,11 @@ from rnnlm.training.settings import RunSettings
 from rnnlm.training.step import LossLog
 
 
-def train(run: RunSettings, tokenizer: Tokenizer, train_text: str, val_text: str, record: RunRecord | None = None,
-          progress: bool = True) -> TrainResult:
-    """Train `run`'s model (module docstring); `record` keeps its resume file, reports and timing (by
-    default: none of them); `progress` shows a bar on a terminal. The resume file is left in place:
-    the caller removes it (`result.resume.clear()`) once it has written every output."""
+def train(run: RunSettings, tokenizer: Tokenizer, train_text: str, val_text: str,
+          record: RunRecord | None = None) -> TrainResult:
+    """Train `run`'s model (module docstring); `record` keeps its resume file, reports, progress bar
+    and timing (by default: none of them but the bar). The resume file is left in place: the caller
+    removes it (`result.resume.clear()`) once it has written every output."""
     train_ids, val_ids = token_ids(run, tokenizer, train_text, val_text)
     parts, record = build_parts(run, train_ids, val_ids), record or RunRecord()
     share_cores(run, parts)
@@ -60,9 +58,6 @@ def train(run: RunSettings, tokenizer: Tokenizer, train_text: str, val_text: str
         done = start.progress if epoch == start.epoch else EpochProgress()  # steps, losses, seconds before this run
         epoch_start, losses, lr = time.perf_counter() - done.seconds, done.losses, parts.lr
         log = LossLog(run.train.check_every, run.device, first_step=len(history.steps) + 1)
-        # A bar on a terminal only: in a log each refresh would be a line; there the epoch's line reports.
-        bar = tqdm(total=n_steps, initial=done.steps, desc=f"{run.name} epoch {epoch}/{run.epochs}", leave=False,
-                   mininterval=1.0, dynamic_ncols=True, disable=not (progress and sys.stderr.isatty()))
         for first in range(done.steps, n_steps, run.train.check_every):
             block_start, size = time.perf_counter(), min(run.train.check_every, n_steps - first)
             xs, ys = (t.to(run.device) for t in parts.sampler.batches(size))  # (size, B, T): one copy per block
@@ -76,11 +71,8 @@ def train(run: RunSettings, tokenizer: Tokenizer, train_text: str, val_text: str
             history.steps += [{"step": len(history.steps) + k + 1, "epoch": epoch, "train_loss": loss, "lr": lr,
                                "tokens_per_second": rate} for k, loss in enumerate(block)]
             losses += block
-            bar.update(size)
-            bar.set_postfix(loss=f"{block[-1]:.3f}", tok_s=f"{rate:,.0f}")
             record.block_end(epoch, history, seconds,
                              EpochProgress(first + size, losses, time.perf_counter() - epoch_start))
-        bar.close()
         parts.scheduler.step()
         with record.validation():
             val, val_batch = validate(parts, val_ids, run.train.seq_len)

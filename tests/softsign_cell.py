@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rnnlm.models.cells.base import CellSpec, LayerAdvance, Loops, grad_into_state, steps_of
+from rnnlm.models.cells.advance import LayerAdvance
+from rnnlm.models.cells.base import CellSpec, Loops, grad_into_state, steps_of
 from rnnlm.models.cells.rnn import RNNCell, RNNLayer
 
 

@@ -30,7 +30,8 @@ from torch import Tensor
 
 from rnnlm.compute import backend
 from rnnlm.models.cells import CELLS
-from rnnlm.models.cells.base import LayerAdvance, ModelState, from_lists, hidden, loops_for, to_lists
+from rnnlm.models.cells.advance import LayerAdvance
+from rnnlm.models.cells.base import ModelState, from_lists, hidden, loops_for, to_lists
 from rnnlm.models.kinds import LanguageModel
 from rnnlm.models.language_model import RecurrentLM, layer_norm
 from rnnlm.compute.products import linear
@@ -44,7 +45,8 @@ class Advancer:
         spec = CELLS[model.config.cell]
         weights = model.head.weight
         loops = loops_for(spec, weights)
-        self.layers: list[LayerAdvance] = [spec.layer_advance(layer, i == 0, loops) for i, layer in enumerate(model.layers)]
+        arrange = spec.layer_advance or LayerAdvance
+        self.layers: list[LayerAdvance] = [arrange(layer, i == 0, loops) for i, layer in enumerate(model.layers)]
         # Row v is token v's input-side products in the first layer, biases included: (V, G*H).
         self.table = model.first_layer_table() + self.layers[0].bias
         self.norm = model.norm

@@ -1,6 +1,6 @@
 """What every recurrent cell shares: its weight layout, its state's format, its layer over a
-sequence, the generic scan through autograd, the helpers of hand-written backward passes, its
-advance by one token for sampling, and its registry entry.
+sequence, the generic scan through autograd, the helpers of hand-written backward passes, and its registry
+entry (its advance by one token for sampling: `advance.py`).
 
 A cell is its maths, `Cell.recur` (one time step from the input-side pre-activations), in a module of
 this folder with its layer and its `CellSpec` (`mgu.py`: nothing else). A cell may add loops as the
@@ -322,8 +322,9 @@ class CellSpec:
 
     name: str
     layer: type[RecurrentLayer]
-    layer_advance: type[LayerAdvance] | None = None
-    """None: `LayerAdvance`, one transposed view of all hidden-side matrices."""
+    layer_advance: type | None = None
+    """How sampling arranges the layer's weights, a `rnnlm.models.cells.advance.LayerAdvance`; None:
+    that class itself, one transposed view of all hidden-side matrices."""
     python_loops: Loops | None = None
     triton_module: str | None = None
     hidden_products: tuple[int, ...] | None = None
@@ -339,8 +340,6 @@ class CellSpec:
         if self.hidden_products is None:
             cell = self.layer.cell_class
             object.__setattr__(self, "hidden_products", (cell.gates,) if cell.recurrence == "matrix" else ())
-        if self.layer_advance is None:
-            object.__setattr__(self, "layer_advance", LayerAdvance)
         self.layer.spec = self  # a layer finds its loops through its spec
 
 
@@ -397,44 +396,3 @@ def overwritten(gates: Tensor) -> Tensor:
     gradients as gates."""
     torch.autograd.graph.increment_version(gates)
     return gates
-
-
-# ------------------------------------------------------------------ one token, for sampling
-
-
-class LayerAdvance:
-    """One layer's weights arranged for a single token (see `rnnlm.inference.advancing`).
-
-    `input_t` (I, G*H) is a transposed view of the input-side matrix, None for the first layer
-    (whose input products come from the folded embedding table); `bias` (G*H) every input-side bias;
-    `hidden_t` the hidden-side matrices as transposed views, as the cell's `advance` loop takes them.
-    `loops` is the cell's loops for the weights' device; None: the cell's own `recur`."""
-
-    def __init__(self, layer: RecurrentLayer, first: bool, loops: Loops | None):
-        cell = layer.cell
-        self.cell = cell
-        self.hidden_size = layer.hidden_size
-        self.state_entries = cell.state_entries
-        self.input_t = None if first else cell.weight_ih.T  # (I, G*H)
-        self.bias = cell.input_bias().clone()  # (G*H)
-        self.hidden_t = self.arrange_hidden(cell)
-        self.loops = loops
-
-    @staticmethod
-    def arrange_hidden(cell: Cell) -> list[Tensor]:
-        """The hidden side as the advance takes it: one transposed view (H, G*H) of a matrix; a vector
-        (G*H) as it is."""
-        return [cell.weight_hh.T if cell.recurrence == "matrix" else cell.weight_hh]
-
-    def gates_x(self, x: Tensor) -> Tensor:
-        """Input-side products (B, G*H), biases included, from the layer below's output x (B, I)."""
-        return linear(x, self.input_t.T, self.bias, narrow=True)
-
-    def advance(self, gates_x: Tensor, state: LayerState | None) -> LayerState:
-        """gates_x (B, G*H), the layer's state (None: zeros) -> its new state."""
-        if state is None:
-            state = zeros(self.state_entries, gates_x.shape[0], self.hidden_size, gates_x)
-        if self.loops is None:
-            return self.cell.recur(gates_x, state)
-        new = self.loops.advance(gates_x, *entries(state), *self.hidden_t)  # h, or (h, c)
-        return new if isinstance(new, Tensor) else tuple(new)

@@ -16,10 +16,10 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from rnnlm.compute.products import t_mm
+from rnnlm.models.cells.advance import LayerAdvance
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,
-    LayerAdvance,
     Loops,
     RecurrentLayer,
     consumed,

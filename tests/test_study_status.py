@@ -82,6 +82,42 @@ def test_a_running_entry_with_a_live_worker_is_running_and_nothing_needs_continu
                          "dvc queue start")
 
 
+
+def _workspace_report(repo: Path, tmp: str, model: str, seed: int, epochs: int, steps: int, written: float) -> None:
+    """An unfinished train report in a queued experiment's workspace, `written` seconds after the epoch."""
+    workspace = repo / ".dvc/tmp/exps" / tmp
+    (workspace / "reports/train").mkdir(parents=True)
+    (workspace / "params.yaml").write_text(json.dumps({"model": model, "seed": seed}))
+    metrics = {"model": model, "finished": False, "epochs_planned": 20, "epochs": epochs, "steps": steps}
+    if epochs:
+        metrics |= {"val_loss": 1.5, "best_val_loss": 1.25}
+        (workspace / "reports/train/epochs.tsv").write_text(
+            "epoch\tseconds\n" + "".join(f"{e}\t600\n" for e in range(1, epochs + 1)))
+    (workspace / "reports/train/metrics.json").write_text(json.dumps(metrics))
+    os.utime(workspace / "reports/train/metrics.json", (written, written))
+
+
+def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its_resume_file(repo, tmp_path,
+                                                                                            monkeypatch):
+    """A run cut off and resumed leaves its first workspace behind, its report stopped where that
+    session ended: the live line reads the newest report (whatever the workspaces' names sort as),
+    and a run cut off shows how far its resume file got, not a report nothing writes any more."""
+    _workspace_report(repo, "tmpzzz", "astra_gamma", 5, 0, 150, written=1_000)  # the session that ended
+    _workspace_report(repo, "tmpaaa", "astra_gamma", 5, 18, 7200, written=2_000)  # the resumed run
+    _workspace_report(repo, "tmpmmm", "leviathan", 1, 0, 40, written=1_000)
+    resume = tmp_path / "resume"
+    levi = _save(resume, "leviathan", 1, 3)
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
+        [Task("a" * 40, "astra_gamma-seed5", "Running", alive=True),
+         Task("b" * 40, "leviathan-seed1", "Running", alive=False)], 1))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma", "leviathan"], [5, 1], 1.0,
+                                      resume_dir=resume)
+    rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
+    assert rows[("astra_gamma", "5")].endswith("running (DVC queue); live: epoch 18/20, validation loss 1.5000 "
+                                               "(best 1.2500), 600 s an epoch, about 20 min to go")
+    assert rows[("leviathan", "1")].endswith(f"(its session ended); reached epoch 3/20, last on AMD EPYC, "
+                                             f"resume file {levi}, saved just now")
+
 def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch, tmp_path):
     """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against
     the processes running now: a live process whose command line names the run; not a dead one, not

@@ -48,10 +48,13 @@ def _local_queue(repo: Path) -> QueueState | None:
 
 def _live(repo: Path) -> dict[tuple[str, int, float], str]:
     """(model, seed, steps scale) -> the live line of each run training now: the train stage's report
-    marked unfinished, in DVC's temporary workspaces of queued experiments or in this one."""
-    found = {}
+    marked unfinished, in DVC's temporary workspaces of queued experiments or in this one. A run cut
+    off and resumed leaves its old workspace behind (DVC removes it only when the run ends), so of
+    the reports of one run the newest written is the one read."""
+    found, written = {}, {}
     for report in [repo / "reports/train", *sorted((repo / ".dvc/tmp/exps").glob("*/reports/train"))]:
         try:
+            mtime = (report / "metrics.json").stat().st_mtime
             metrics = json.loads((report / "metrics.json").read_text(encoding="utf-8"))
             params = yaml.safe_load((report.parent.parent / "params.yaml").read_text(encoding="utf-8"))
             epochs = list(csv.DictReader((report / "epochs.tsv").read_text(encoding="utf-8").splitlines(),
@@ -60,8 +63,9 @@ def _live(repo: Path) -> dict[tuple[str, int, float], str]:
             done, planned = int(metrics.get("epochs", 0)), int(metrics["epochs_planned"])
         except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
             continue
-        if metrics.get("finished") is not False:
+        if metrics.get("finished") is not False or written.get(key, -1.0) > mtime:
             continue
+        written[key] = mtime
         if not epochs:
             found[key] = f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
             continue
@@ -143,9 +147,10 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 to_continue.append((model, seed))
             else:
                 state = "missing"
-            if (model, seed, steps_scale) in live and state != "collected" and not state.startswith("finished"):
+            settled = state == "collected" or state.startswith("finished")
+            if (model, seed, steps_scale) in live and not settled and name not in dead:
                 state += f"; {live[model, seed, steps_scale]}"
-            elif header is not None and state not in ("collected",) and not state.startswith("finished"):
+            elif header is not None and not settled:
                 state += f"; reached {_progress(header)}"
             lines.append(f"{model:<{width}} {seed:>6}  {state}")
     if to_continue:

@@ -22,7 +22,7 @@ from rnnlm.models.language_model import RecurrentLM
 from rnnlm.params import parse_params
 from rnnlm.inference.decoding import Decoding
 from rnnlm.inference.generation import generate, make_generator
-from rnnlm.evaluation.scoring import streamed_nll, windowed_nll
+from rnnlm.evaluation.scoring import streamed_nll, streamed_token_nll, windowed_nll
 from rnnlm.data.tokenizers import CharTokenizer
 from rnnlm.training.step import make_optimizer, make_training_step
 from tests.conftest import REPO_ROOT, cell_configs, synthetic_play, train_model
@@ -158,6 +158,25 @@ def test_training_on_cuda_and_its_checkpoint_on_the_cpu(raw_params, tmp_path, st
     assert streamed_nll(gpu_model, val).mean == pytest.approx(streamed_nll(cpu_model, val).mean, rel=1e-5)
     assert results[True].history.epochs[-1]["val_loss"] == pytest.approx(on_cpu.mean, rel=1e-5)
 
+
+
+@pytest.mark.parametrize("loops", ["triton", "aten"])
+@pytest.mark.parametrize("cell", sorted(CONFIGS))
+def test_the_stateful_pass_replayed_from_a_graph_is_the_eager_pass(cell, loops, monkeypatch):
+    """The stateful pass's chunks after the first replayed from one captured CUDA graph
+    (`stream_graph`), the state carried inside it and a shorter tail run eagerly, give each token's
+    loss as the eager pass does, and the default takes the graph on CUDA."""
+    if loops == "aten":
+        monkeypatch.setenv("RNNLM_NATIVE", "0")
+    torch.manual_seed(0)
+    model = RecurrentLM(CONFIGS[cell]).to(CUDA).eval()
+    tokens = torch.randint(0, 40, (8 * 16 + 7,))  # 8 whole chunks of 16 and a tail of 6 predicted tokens
+    eager = streamed_token_nll(model, tokens, chunk=16, graph=False)
+    graphed = streamed_token_nll(model, tokens, chunk=16)
+    assert graphed.shape == eager.shape == (8 * 16 + 6,)
+    torch.testing.assert_close(graphed, eager, rtol=1e-6, atol=1e-6)
+    on_cpu = streamed_token_nll(copy.deepcopy(model).cpu(), tokens, chunk=16)
+    torch.testing.assert_close(graphed.cpu(), on_cpu, rtol=1e-4, atol=1e-4)
 
 ONE_RUN = """
 import copy, sys, yaml

@@ -65,3 +65,26 @@ def test_bits_per_char():
     assert bits_per_char(math.log(2) * 10, 10) == pytest.approx(1.0)
     # a SentencePiece-like case: 4 tokens covering 10 characters at ln 4 nats each -> 8 bits / 10 chars
     assert Score(nats=4 * math.log(4), tokens=4).bits_per_char(10) == pytest.approx(0.8)
+
+
+def test_a_scoring_batch_is_sized_for_the_caches_on_the_cpu_and_for_launches_on_cuda(monkeypatch):
+    """The CPU keeps the width its caller sizes for the caches; CUDA takes 2^27 / hidden tokens a
+    batch. windowed_nll follows the rule on its model's device (here the CPU, told it is CUDA), and how
+    wide its batches are changes nothing beyond summation order."""
+    from rnnlm.evaluation import scoring
+
+    assert scoring.batch_tokens(torch.device("cpu"), 1024, 16384) == 16384
+    assert scoring.batch_tokens(torch.device("cuda"), 1024, 16384) == 131072
+    assert scoring.batch_tokens(torch.device("cuda:0"), 768, 1) == 174762
+    assert scoring.batch_tokens(torch.device("cuda"), 2**28, 1) == 1
+    torch.manual_seed(0)
+    model = RecurrentLM(ModelConfig("gru", vocab_size=9, embd=4, hidden=6, layers=2)).double()
+    tokens = torch.randint(0, 9, (40003,))
+    on_cpu = windowed_nll(model, tokens, 3)
+    widths = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda x, *a, **kw: widths.append(x.shape) or forward(x, *a, **kw))
+    monkeypatch.setattr(scoring, "batch_tokens", lambda device, hidden, on_cpu: 2**27 // hidden)
+    wide = windowed_nll(model, tokens, 3)
+    assert widths == [(13334, 3)]  # all 40,002 / 3 windows in one batch; on the CPU 3 batches of 5,461 at most
+    assert wide.nats == pytest.approx(on_cpu.nats, rel=1e-12)

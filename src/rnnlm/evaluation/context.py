@@ -15,8 +15,9 @@ exactly where the model stops using more context (a fixed window of w tokens rea
 The targets are a seeded sample (without replacement) of the positions that have at least
 max(c) tokens before them, so every c is measured on the same targets. For SentencePiece models c
 counts pieces; the curve also gives the mean number of characters the c pieces span. Everything is
-batched: all targets of one c go through the model as (targets, c) windows, a few thousand tokens
-per batch, the output layer only at each window's last time step, and the losses stay on the device
+batched: all targets of one c go through the model as (targets, c) windows, tens of thousands of
+tokens per batch on the CPU and more on CUDA (`batch_tokens_for`), the output layer only at each
+window's last time step, and the losses stay on the device
 until the curve is read once.
 """
 
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from rnnlm.errors import RnnlmError
 from rnnlm.models.kinds import LanguageModel
-from rnnlm.evaluation.scoring import full_precision
+from rnnlm.evaluation.scoring import batch_tokens, full_precision
 
 
 class ContextError(RnnlmError):
@@ -97,9 +98,11 @@ keep the matrix units busy; more make a wide model's batch of long windows too l
 
 
 def batch_tokens_for(model: LanguageModel) -> int:
-    """Tokens per batch of windows: 2^24 / hidden (131,072 for a hidden size of 128, 16,384 for
-    1,024), so that a batch's activations stay about the same size whatever the model's width."""
-    return max(1, 2**24 // model.config.hidden)
+    """Tokens per batch of windows: on the CPU 2^24 / hidden (131,072 for a hidden size of 128, 16,384
+    for 1,024), so that a batch's activations stay about the same size whatever the model's width; on
+    CUDA as many as `scoring.batch_tokens` allows."""
+    hidden = model.config.hidden
+    return batch_tokens(next(model.parameters()).device, hidden, max(1, 2**24 // hidden))
 
 
 @torch.no_grad()

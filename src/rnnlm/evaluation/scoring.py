@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from rnnlm.evaluation.stream_graph import StreamGraph
 from rnnlm.models.kinds import LanguageModel
 
 
@@ -73,6 +74,19 @@ def _nats(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(full_precision(logits).flatten(0, -2), targets.flatten(), reduction="sum").double()
 
 
+CUDA_BATCH_TOKENS = 2**27
+"""On CUDA, hidden units times tokens of one scoring batch (see `batch_tokens`)."""
+
+
+def batch_tokens(device: torch.device, hidden: int, on_cpu: int) -> int:
+    """Tokens per scoring batch of a model `hidden` units wide on `device`: `on_cpu` on the CPU, where
+    the caller sizes batches for the caches; on CUDA 2^27 / hidden (131,072 at 1,024 units), for there
+    each time step of a batch costs a few kernel launches however wide the batch is, so the fewest,
+    widest batches are fastest, and this wide a batch's gate pre-activations take at most 2 GiB a
+    layer (4 gates x 2^27 x 4 bytes), room for five runs sharing one GPU."""
+    return max(1, CUDA_BATCH_TOKENS // hidden) if device.type == "cuda" else on_cpu
+
+
 def _check(tokens: Tensor) -> None:
     if tokens.dim() != 1 or tokens.numel() < 2:
         raise ValueError("tokens must be a 1-D sequence of at least 2 ids")
@@ -84,15 +98,16 @@ def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_wind
     """Total nats (a 0-d float64 tensor on the model's device, not read back) of `tokens` (1-D,
     int64) scored in windows of `window` tokens, each from a zero state.
 
-    `batch_windows` windows run at once; by default as many as make about 16k tokens. `token_nll`,
+    `batch_windows` windows run at once; by default as many as make about 16k tokens on the CPU
+    (`batch_tokens` on CUDA). `token_nll`,
     when given ((len(tokens) - 1,) on the device), also receives each predicted token's loss, entry
     t - 1 for tokens[t] (an extra output: the total is summed as without it).
     """
     _check(tokens)
-    batch_windows = batch_windows or max(1, 16384 // window)
+    device = next(model.parameters()).device
+    batch_windows = batch_windows or max(1, batch_tokens(device, model.config.hidden, 16384) // window)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     total = torch.zeros((), dtype=torch.float64, device=device)
     done = 0  # predicted tokens so far: the windows run in the sequence's order
     for inputs, targets in _windows(tokens, window):
@@ -109,21 +124,39 @@ def windowed_total(model: LanguageModel, tokens: Tensor, window: int, batch_wind
     return total
 
 
+def _chunk_losses(logits: Tensor, targets: Tensor) -> Tensor:
+    """logits (1, c, V), targets (1, c) -> each target's loss (c,), in the logits' precision (float32 at least)."""
+    return F.cross_entropy(full_precision(logits[0]), targets[0], reduction="none")
+
+
 @torch.no_grad()
-def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096) -> Tensor:
+def streamed_token_nll(model: LanguageModel, tokens: Tensor, chunk: int = 4096, graph: bool | None = None) -> Tensor:
     """Each predicted token's loss in nats with the state carried across the whole sequence (one
     stream, fed `chunk` tokens at a time): (len(tokens) - 1,) on the model's device, in the logits'
-    precision (float32 at least), entry t - 1 for tokens[t]."""
+    precision (float32 at least), entry t - 1 for tokens[t].
+
+    `graph` (by default: on CUDA, when the stream has more than two whole chunks) replays the
+    chunks after the first from one captured CUDA graph (`stream_graph`): the same kernels without a
+    launch from Python for each of them; a shorter last chunk runs eagerly."""
     _check(tokens)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    losses, state = [], None
+    whole = (tokens.numel() - 1) // chunk
+    graph = device.type == "cuda" and whole > 2 if graph is None else graph
+    losses, state, replay = [], None, None
     for start in range(0, tokens.numel() - 1, chunk):
         x = tokens[start : start + chunk][None].to(device)  # (1, c)
         y = tokens[start + 1 : start + chunk + 1][None].to(device)
-        logits, state = model(x[:, : y.shape[1]], state)  # (1, c, V)
-        losses.append(F.cross_entropy(full_precision(logits[0]), y[0], reduction="none"))
+        x = x[:, : y.shape[1]]
+        if graph and replay is None and y.shape[1] == chunk:
+            replay = StreamGraph(model, x, y, _chunk_losses)
+            losses.append(replay.first)
+        elif replay is not None and y.shape[1] == chunk:
+            losses.append(replay(x, y))
+        else:
+            logits, state = model(x, replay.state() if replay is not None else state)  # (1, c, V)
+            losses.append(_chunk_losses(logits, y))
     model.train(was_training)
     return torch.cat(losses)
 

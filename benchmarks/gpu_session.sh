@@ -14,6 +14,8 @@
 # after which unfinished runs are stopped and what finished is packed (leave a minute for packing).
 # ALONE: the check's parts run first with the GPU to themselves (default: tests speed); BESIDE: the
 # parts run beside the study runs, which check results, not speed (default: pipeline).
+# EVALUATE: models whose evaluate stage is timed part by part at full scale, the GPU alone, after the
+# ALONE parts (`stage_times.py --full-evaluation`: each trained one step; default: none).
 # STEPS_SCALE: train.steps_scale of the runs and the pipeline check (default: params.yaml's).
 # DRY_RUN=1: the same steps on a machine without a GPU (the CUDA tests skip themselves; no speed
 # table), to find a broken step here rather than in the lent minutes:
@@ -62,6 +64,16 @@ if [ -n "$ALONE" ]; then
   pack
 fi
 
+# 1b. The evaluate stage's parts at full scale, the GPU alone (what #67 asks of a Leviathan's evaluation).
+if [ -n "${EVALUATE:-}" ]; then
+  # shellcheck disable=SC2086  # EVALUATE is a list of words
+  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 benchmarks/stage_times.py --corpus "$CORPUS" --full-evaluation \
+    --models $EVALUATE --markdown "$R/evaluate-full.md" --json "$R/evaluate-full.json" --log "$R/logs/evaluate-full.log" \
+    > "$R/logs/evaluate-full.out" 2>&1
+  say "evaluate timed for $EVALUATE (exit $?)"
+  pack
+fi
+
 # 2. Study runs, JOBS at a time, one process each; MPS lets their kernels share the SMs. Each
 # background job gets a process group of its own (setsid), so that the deadline stops its stage
 # processes too: MPS's quit waits for every client, and a stage left running kept it waiting past
@@ -107,5 +119,5 @@ fi
 say "packing"
 pack
 [ "$MPS" = 1 ] && { echo quit | timeout 20 nvidia-cuda-mps-control 2>/dev/null || say "MPS did not quit in 20 s"; }
-cat "$R/logs/session.txt" "$R/logs/study.out" "$R/check-beside.md" 2>/dev/null
+cat "$R/logs/session.txt" "$R/logs/study.out" "$R/evaluate-full.md" "$R/check-beside.md" 2>/dev/null
 ls -la "$R/study"

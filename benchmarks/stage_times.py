@@ -154,7 +154,9 @@ def main() -> None:
     if not args.corpus.is_file():
         sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
     models = args.models or list(load_params(REPO / "params.yaml").models)
-    machine = timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=True))
+    # the device the stages pick (`train.device: auto`): CUDA where there is a GPU
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    machine = timing.machine_line(timing.machine(device, keeps_memory=True))
 
     def write(report: dict[str, object]) -> str:
         text = evaluation_markdown(report) if args.full_evaluation else markdown(report)

@@ -276,16 +276,21 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
     assert "| softsign | 1 | — |" in sampled
 
 
-def test_the_gpu_session_script_parses_and_uses_only_gpu_checks_options():
+def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_options():
     """The one-call GPU script cannot be run here; it must at least parse, and every option it passes
-    to gpu_check.py must be one gpu_check.py takes."""
+    to gpu_check.py and stage_times.py (a command's continued lines included) must be one that
+    script takes."""
     script = REPO_ROOT / "benchmarks/gpu_session.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(line for line in script.read_text().splitlines()
-                                                           if "gpu_check.py" in line or line.startswith("    --"))))
-    help_text = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--help"], cwd=REPO_ROOT,
-                               capture_output=True, text=True).stdout
-    assert passed and all(option in help_text for option in passed), passed
+    commands = re.sub(r"\\\n", " ", script.read_text()).splitlines()  # continued lines joined
+    checked = set()
+    for name in ("gpu_check.py", "stage_times.py"):
+        passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(c for c in commands if f"benchmarks/{name}" in c)))
+        help_text = subprocess.run([sys.executable, f"benchmarks/{name}", "--help"], cwd=REPO_ROOT,
+                                   capture_output=True, text=True).stdout
+        assert passed and all(option in help_text for option in passed), (name, passed)
+        checked |= passed
+    assert {"--study", "--full-evaluation", "--models"} <= checked
 
 
 def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tmp_path):

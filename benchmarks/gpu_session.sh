@@ -16,6 +16,8 @@
 # parts run beside the study runs, which check results, not speed (default: pipeline).
 # EVALUATE: models whose evaluate stage is timed part by part at full scale, the GPU alone, after the
 # ALONE parts (`stage_times.py --full-evaluation`: each trained one step; default: none).
+# SEED_STREAMS=1: `seed_streams.py --mps` (several seeds in one process against processes under MPS),
+# the GPU alone, after EVALUATE (default: 0).
 # STEPS_SCALE: train.steps_scale of the runs and the pipeline check (default: params.yaml's).
 # DRY_RUN=1: the same steps on a machine without a GPU (the CUDA tests skip themselves; no speed
 # table), to find a broken step here rather than in the lent minutes:
@@ -74,6 +76,16 @@ if [ -n "${EVALUATE:-}" ]; then
   pack
 fi
 
+# 1c. Several seeds in one process, the GPU alone (its own MPS daemon, quit before the runs start theirs).
+if [ "${SEED_STREAMS:-0}" = 1 ]; then
+  # a dry run: tiny shapes, no MPS
+  SEED_ARGS=(--mps); [ "${DRY_RUN:-0}" = 1 ] && SEED_ARGS=(--quick)
+  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 benchmarks/seed_streams.py "${SEED_ARGS[@]}" \
+    --markdown "$R/seed-streams.md" --json "$R/seed-streams.json" > "$R/logs/seed-streams.out" 2>&1
+  say "seed streams timed (exit $?)"
+  pack
+fi
+
 # 2. Study runs, JOBS at a time, one process each; MPS lets their kernels share the SMs. Each
 # background job gets a process group of its own (setsid), so that the deadline stops its stage
 # processes too: MPS's quit waits for every client, and a stage left running kept it waiting past
@@ -119,5 +131,5 @@ fi
 say "packing"
 pack
 [ "$MPS" = 1 ] && { echo quit | timeout 20 nvidia-cuda-mps-control 2>/dev/null || say "MPS did not quit in 20 s"; }
-cat "$R/logs/session.txt" "$R/logs/study.out" "$R/evaluate-full.md" "$R/check-beside.md" 2>/dev/null
+cat "$R/logs/session.txt" "$R/logs/study.out" "$R/evaluate-full.md" "$R/seed-streams.md" "$R/check-beside.md" 2>/dev/null
 ls -la "$R/study"

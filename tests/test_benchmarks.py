@@ -278,19 +278,19 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
 
 def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_options():
     """The one-call GPU script cannot be run here; it must at least parse, and every option it passes
-    to gpu_check.py and stage_times.py (a command's continued lines included) must be one that
-    script takes."""
+    to gpu_check.py, stage_times.py and seed_streams.py (a command's continued lines included) must
+    be one that script takes."""
     script = REPO_ROOT / "benchmarks/gpu_session.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     commands = re.sub(r"\\\n", " ", script.read_text()).splitlines()  # continued lines joined
     checked = set()
-    for name in ("gpu_check.py", "stage_times.py"):
+    for name in ("gpu_check.py", "stage_times.py", "seed_streams.py"):
         passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(c for c in commands if f"benchmarks/{name}" in c)))
         help_text = subprocess.run([sys.executable, f"benchmarks/{name}", "--help"], cwd=REPO_ROOT,
                                    capture_output=True, text=True).stdout
         assert passed and all(option in help_text for option in passed), (name, passed)
         checked |= passed
-    assert {"--study", "--full-evaluation", "--models"} <= checked
+    assert {"--study", "--full-evaluation", "--models", "--mps"} <= checked
 
 
 def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tmp_path):
@@ -471,3 +471,20 @@ def test_context_cost_times_other_batch_widths_beside_the_curves_own(tmp_path):
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
     assert [(r["c"], sorted(r["other_us"])) for r in rows] == [(4, ["1024", "64"]), (32, ["1024", "64"])]
     assert "| 64 tokens a batch, us | 1,024 tokens a batch, us |" in done.stdout
+
+
+def test_seed_streams_sets_seeds_stepped_together_beside_one_seed_and_processes(tmp_path):
+    """`seed_streams.py --quick` (the CPU: graphs are eager steps, streams one): per model one seed,
+    two seeds in one call both ways, one and two worker processes; each together-contender's losses
+    are those of the seeds stepped alone, exactly here (no dropout, the same eager steps)."""
+    done = subprocess.run([sys.executable, "benchmarks/seed_streams.py", "--quick", "--models", "leviathan",
+                           "--json", str(tmp_path / "s.json"), "--markdown", str(tmp_path / "s.md")],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert [(r["contender"], r["seeds"]) for r in rows] == [
+        ("one seed", 1), ("2 seeds, one graph, a stream each", 2), ("2 seeds, one graph, in turn", 2),
+        ("1 process", 1), ("2 processes", 2)]
+    assert [r["largest_loss_difference"] for r in rows] == [None, 0.0, 0.0, None, None]
+    assert all(r["model"] == "leviathan" and r["tokens_per_second"] > 0 for r in rows)
+    assert "| leviathan | 2 seeds, one graph, a stream each | 2 |" in (tmp_path / "s.md").read_text()

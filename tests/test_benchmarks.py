@@ -290,7 +290,7 @@ def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_option
                                    capture_output=True, text=True).stdout
         assert passed and all(option in help_text for option in passed), (name, passed)
         checked |= passed
-    assert {"--study", "--full-evaluation", "--models", "--mps"} <= checked
+    assert {"--study", "--full-evaluation", "--models", "--json"} <= checked
 
 
 def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tmp_path):

@@ -41,7 +41,8 @@ from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.figure import write_figure
 from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record
 from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table, verdict_lines
-from rnnlm.study.folders import StudyRun, in_study_order, load_runs
+from rnnlm.study.folders import in_study_order, load_runs
+from rnnlm.study.run_record import StudyRun
 from rnnlm.study.registration import (Registration, RegistrationError, current_registration, repository_of,
                                       trained_after)
 from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json

@@ -111,7 +111,7 @@ def new_repo(tmp_path: Path, rules: bool = True) -> Path:
 def seal_rules(root: Path, study: str = "reports/study", date: str = "2026-01-01T10:30:00+00:00") -> str:
     """Seal the registration the repository `root` holds committed in `study` (`register --seal`) and
     commit sealed.tsv; returns the commit that added the registration."""
-    from rnnlm.study.registration import seal
+    from rnnlm.study.registration_git import seal
 
     registered = seal(root, root / study / REGISTRATION.name)
     commit(root, "sealed", date)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rnnlm.study.registration import (RegistrationError, current_registration, descends_from, load_registration,
-                                      registering_commit, seal, write_registration)
+from rnnlm.study.registration import RegistrationError, load_registration
+from rnnlm.study.registration_git import (current_registration, descends_from, registering_commit, seal,
+                                          write_registration)
 from tests.conftest import REPO_ROOT, run, shallow_clone
 
 STUDY = REPO_ROOT / "reports/study"

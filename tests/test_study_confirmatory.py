@@ -24,7 +24,7 @@ from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.exact import permutation, sign_flip
 from rnnlm.study.judging.findings import confirmatory, exploratory
 from rnnlm.study.judging.findings_markdown import findings_markdown
-from rnnlm.study.registration import seal
+from rnnlm.study.registration_git import seal
 from rnnlm.study.judging.text_sample import text_interval
 from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED, inconclusive
 from tests.study_repo import commit, experiment, git, new_repo, study_params

@@ -23,7 +23,8 @@ from rnnlm.study.judging.claims import CLAIMS
 from rnnlm.study.judging.evidence import Evidence
 from rnnlm.study.judging.findings import exploratory, findings_record
 from rnnlm.study.judging.findings_markdown import findings_markdown
-from rnnlm.study.registration import load_registration, sealed
+from rnnlm.study.registration import load_registration
+from rnnlm.study.registration_git import sealed
 from rnnlm.study.judging.rules import Above, Within, decide, interval_tests
 from rnnlm.study.judging.table import FIGURES
 from rnnlm.study.judging.verdicts import CONTRADICTED, MIXED, NOT_MEASURED, SUPPORTED, by_form, inconclusive

@@ -20,7 +20,7 @@ folders, reading from git which rules are registered and which runs came after t
 (`rnnlm.study.judging.report`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`); `register` writes a new registration
 of the study's rules from a draft, its history read from git, and once it is committed, `--seal` records
-the commit that added it (`rnnlm.study.registration`).
+the commit that added it (`rnnlm.study.registration_git`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from rnnlm.study.campaign.collect import CollectFailed, archive_paths, collect
 from rnnlm.study.campaign.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.campaign.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.campaign.status import status_lines
-from rnnlm.study.registration import SEALED, seal, write_registration
+from rnnlm.study.registration import SEALED
+from rnnlm.study.registration_git import seal, write_registration
 from rnnlm.study.judging.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 

@@ -41,7 +41,8 @@ import yaml
 
 from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
 from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run, seed_folder_name
-from rnnlm.study.registration import Registration, code_record, current_registration, registrations
+from rnnlm.study.registration import Registration, registrations
+from rnnlm.study.registration_git import code_record, current_registration
 from rnnlm.study.campaign.swap import mend, write_folder
 
 COLLECTED_BY = "python -m rnnlm.study collect"

@@ -18,7 +18,7 @@ previous outputs as they were; a kill between two renames is mended by running i
   README.md                 the summary table and one verdict line per claim, between its markers
 
 Nothing but the folders, params.yaml and git is read (no experiment, no DVC): git says which rules
-are registered and which runs were trained after them (`rnnlm.study.registration`), so any clone
+are registered and which runs were trained after them (`rnnlm.study.registration_git`), so any clone
 with the history rebuilds the same bytes; outside a git repository the report refuses.
 """
 
@@ -43,8 +43,8 @@ from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, explo
 from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table, verdict_lines
 from rnnlm.study.folders import in_study_order, load_runs
 from rnnlm.study.run_record import StudyRun
-from rnnlm.study.registration import (Registration, RegistrationError, current_registration, repository_of,
-                                      trained_after)
+from rnnlm.study.registration import Registration, RegistrationError
+from rnnlm.study.registration_git import current_registration, repository_of, trained_after
 from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
 
 

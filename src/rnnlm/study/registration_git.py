@@ -1,0 +1,246 @@
+"""The registrations as git holds them: which one counts, and which runs were trained after it.
+
+What counts is read from git alone (`current_registration`): every registration file committed,
+each as the bytes of the one commit that added it (`registering_commit` refuses a file that git
+shows changed after that commit, or that the working copy holds otherwise), and
+reports/study/sealed.tsv (`seal`, written by `python -m rnnlm.study register --seal FILE` after that
+commit) recording each with those bytes' sha256 and that commit, as git does; an edit, an
+uncommitted registration or a sealed.tsv that disagrees is refused. A run is *confirmatory* for a
+registration when its seed is one the registration names and the commit its provenance records,
+which git must hold, descends from the commit that added it (`trained_after`, asked of git by the
+report). `collect` also writes that answer into the run's provenance (`code_record`), for a reader
+of the folder; the report holds it to git and refuses a folder whose record git does not bear out.
+
+In:  the registration files under reports/study/, sealed.tsv, and git.
+Out: `current_registration`, `registering_commit`, `descends_from`, `trained_after`, `code_record`;
+     `write_registration` fills a draft's history from git and writes the file; `seal` records its
+     commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rnnlm.atomic import write_text_atomic
+from rnnlm.study.registration import (NAME, SEALED, Registration, RegistrationError, load_registration,
+                                      parse_registration, registrations)
+
+
+def sealed(study_dir: Path) -> dict[str, tuple[str, str]]:
+    """sealed.tsv of `study_dir`: registration file name -> (its sha256, the commit that added it)."""
+    path = study_dir / SEALED
+    if not path.is_file():
+        return {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        raise RegistrationError(f"{path}: cannot be read ({why}); expected lines of file, sha256, commit and date, "
+                                "tab-separated") from None
+    rows = [line.split("\t") for line in lines[1:] if line.strip()]
+    if not lines or lines[0].split("\t") != ["file", "sha256", "commit", "date"] or any(len(row) != 4 for row in rows):
+        raise RegistrationError(f"{path}: expected a header line, then lines of file, sha256, commit and date, "
+                                "tab-separated")
+    return {name: (digest, commit) for name, digest, commit, _ in rows}
+
+
+def repository_of(folder: Path) -> Path:
+    """The root of the git repository that holds `folder`; RegistrationError when none does."""
+    done = _git(folder, "rev-parse", "--show-toplevel") if folder.is_dir() else None
+    if done is None or done.returncode != 0:
+        raise RegistrationError(f"{folder}: not inside a git repository; expected a clone of the study's repository "
+                                "(what is registered, and which runs came after it, is read from git)")
+    return Path(done.stdout.strip())
+
+
+def _committed_registrations(repo: Path, study_dir: Path) -> set[str]:
+    """The registration files that HEAD's tree holds in `study_dir`."""
+    relative = study_dir.resolve().relative_to(repo.resolve()).as_posix()
+    done = _git(repo, "ls-tree", "--name-only", "HEAD", "--", f"{relative}/")
+    return {Path(line).name for line in done.stdout.splitlines() if NAME.match(Path(line).name)}
+
+
+def current_registration(study_dir: Path) -> Registration:
+    """The study's registration as git holds it: every registration-<n>.yaml of `study_dir` committed
+    (none only in the working copy, none deleted from it), each as the bytes of the one commit that
+    added it, and sealed.tsv recording each with those bytes' sha256 and that commit. The newest is
+    returned, read from git, with that commit (`sealed_by`); anything else is a RegistrationError,
+    since the verdicts turn on which rules count and from when."""
+    repo = repository_of(study_dir)
+    here = {p.name for p in registrations(study_dir)}
+    committed = _committed_registrations(repo, study_dir)
+    for name in sorted(here - committed):
+        raise RegistrationError(f"{study_dir / name}: not committed; a registration counts from the commit that adds "
+                                "it (commit it, then `python -m rnnlm.study register --seal`), or remove it")
+    for name in sorted(committed - here):
+        raise RegistrationError(f"{study_dir / name}: committed but missing here; expected the registered file "
+                                f"(`git checkout -- {study_dir / name}`)")
+    if not here:
+        raise RegistrationError(f"{study_dir}: no registration-<n>.yaml; expected the study's registered rules")
+    table, registration = sealed(study_dir), None
+    for path in registrations(study_dir):
+        commit = registering_commit(repo, path)
+        relative = path.resolve().relative_to(repo.resolve()).as_posix()
+        data = subprocess.run(["git", "show", f"{commit}:{relative}"], cwd=repo, capture_output=True).stdout
+        registration = parse_registration(data, path)
+        record = table.get(path.name)
+        if record is None:
+            raise RegistrationError(f"{study_dir / SEALED}: no line for {path.name}; expected each registration "
+                                    f"sealed (`python -m rnnlm.study register --seal {relative}`, then commit)")
+        if record != (registration.sha256, commit):
+            raise RegistrationError(f"{study_dir / SEALED}: records {path.name} as {record[0][:12]} added by "
+                                    f"{record[1][:12]}, but git holds {registration.sha256[:12]} added by {commit[:12]}; "
+                                    "a registration is sealed once, by the commit that added it, and never edited")
+        registration = dataclasses.replace(registration, sealed_by=commit, sealed_date=_when(repo, commit)["date"])
+    return registration
+
+
+def seal(repo: Path, path: Path) -> str:
+    """Record in sealed.tsv beside `path` the commit that added it (`registering_commit`); returns it."""
+    commit = registering_commit(repo, path)
+    registration = load_registration(path)
+    table = path.parent / SEALED
+    if path.name in sealed(path.parent):
+        raise RegistrationError(f"{table}: {path.name} is sealed already")
+    head = "" if table.is_file() else "file\tsha256\tcommit\tdate\n"
+    date = _git(repo, "show", "-s", "--format=%cI", commit).stdout.strip()
+    text = (table.read_text(encoding="utf-8") if table.is_file() else "") + head
+    write_text_atomic(table, text + f"{path.name}\t{registration.sha256}\t{commit}\t{date}\n")
+    return commit
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def registering_commit(repo: Path, path: Path) -> str:
+    """The commit that added the registration at `path` (relative to `repo` or absolute), checked:
+    the file is committed, exactly one commit ever touched it, and the working copy is those bytes.
+    RegistrationError otherwise: a registered file is never edited in place."""
+    try:
+        relative = Path(path).resolve().relative_to(Path(repo).resolve()).as_posix()
+    except ValueError:
+        raise RegistrationError(f"{path}: outside the repository {repo}; expected a registration file of the study "
+                                "in this repository") from None
+    done = _git(repo, "log", "--format=%H", "--follow", "--", relative)
+    commits = done.stdout.split()
+    if done.returncode != 0 or not commits:
+        raise RegistrationError(f"{relative}: not committed; a registration counts from the commit that adds it")
+    if len(commits) > 1:
+        raise RegistrationError(f"{relative}: changed after the commit that registered it ({commits[-1][:7]}, then "
+                                f"{', '.join(c[:7] for c in reversed(commits[:-1]))}); a rule change is a new "
+                                "registration, never an edit")
+    committed = subprocess.run(["git", "show", f"{commits[0]}:{relative}"], cwd=repo, capture_output=True).stdout
+    if committed != (Path(repo) / relative).read_bytes():
+        raise RegistrationError(f"{relative}: differs from the registered file of {commits[0][:7]}; a rule change is "
+                                "a new registration, never an edit")
+    return commits[0]
+
+
+def descends_from(repo: Path, commit: str, ancestor: str) -> bool:
+    """Whether `commit` is `ancestor` or one of its descendants (False for a commit git lacks)."""
+    return _git(repo, "merge-base", "--is-ancestor", ancestor, commit).returncode == 0
+
+
+def _when(repo: Path, commit: str) -> dict[str, str]:
+    done = _git(repo, "show", "-s", "--format=%H %cI", commit)
+    if done.returncode != 0:
+        raise RegistrationError(f"commit {commit}: not in this repository; expected a commit that set a rule")
+    full, date = done.stdout.split()
+    return {"commit": full[:12], "date": date}
+
+
+def _first_committed(repo: Path, folders: list[str]) -> dict[str, str] | None:
+    """The first commit that added a file under any of `folders`."""
+    done = _git(repo, "log", "--diff-filter=A", "--reverse", "--format=%H %cI", "--", *folders)
+    lines = done.stdout.split("\n")
+    if done.returncode != 0 or not lines[0]:
+        return None
+    full, date = lines[0].split()
+    return {"commit": full[:12], "date": date}
+
+
+def write_registration(draft: Path, out: Path, repo: Path = Path(".")) -> Registration:
+    """Fill the draft's `history` from git and write it to `out` (which must not exist yet): per
+    claim, the commit and date of each commit its `rule_commits` name, and the first commit that
+    added a run folder of any model its `data_models` name. The draft's other text is kept."""
+    if out.exists():
+        raise RegistrationError(f"{out}: exists; a registration is never rewritten (write registration-<n+1>.yaml)")
+    try:
+        text = draft.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        why = error.strerror if isinstance(error, OSError) else str(error).splitlines()[0]
+        raise RegistrationError(f"{draft}: cannot be read ({why}); expected a draft: the last registration, "
+                                "edited") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("claims"), dict) or "history" in raw:
+        raise RegistrationError(f"{draft}: expected a draft with a mapping of claims and no history (the last "
+                                "registration, edited, its history removed: it is read from git)")
+    for number, entry in raw["claims"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("rule_commits", []), list) or not isinstance(
+                entry.get("data_models", []), list):
+            raise RegistrationError(f"{draft}: claims.{number}: expected a mapping whose rule_commits and data_models "
+                                    "are lists")
+    lines = [text.rstrip("\n"), "", "# Read from git when this file was written (`python -m rnnlm.study register`).",
+             "history:"]
+    for number, entry in raw["claims"].items():
+        for commit in entry.get("rule_commits", []):
+            if not isinstance(commit, str):  # YAML reads 1234567, or 0123456 (octal), as a number
+                raise RegistrationError(f"{draft}: claims.{number}.rule_commits: {commit!r} is read as a number; "
+                                        "expected each commit as text, quoted where it is all digits ('1234567')")
+    for number, entry in raw["claims"].items():
+        rules = [_when(repo, c) for c in entry.get("rule_commits", [])]
+        data = _first_committed(repo, [f"reports/study/{m}" for m in entry.get("data_models", [])])
+        lines.append(f"  {number}:")  # commits quoted: a hash's first 12 digits can all be decimal ones
+        lines.append("    rule_set: [" + ", ".join(f"{{commit: '{r['commit']}', date: '{r['date']}'}}" for r in rules) + "]")
+        lines.append("    data_first_committed: " + ("null" if data is None else
+                                                     f"{{commit: '{data['commit']}', date: '{data['date']}'}}"))
+    written = "\n".join(lines) + "\n"
+    parse_registration(written.encode(), out)  # refused whole, before anything is written
+    write_text_atomic(out, written)
+    return load_registration(out)
+
+
+def _holds_commit(repo: Path, commit: object) -> bool:
+    return isinstance(commit, str) and bool(commit) and _git(repo, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+
+
+def trained_after(repo: Path, registration: Registration, seed: int, provenance: dict[str, Any], where: Path) -> bool:
+    """Whether a run is confirmatory for `registration`, asked of git alone: its seed is one the
+    registration names and the commit its provenance records (which git must hold) descends from the
+    commit that added the registration. A `registration` record the provenance carries (collect writes
+    one) must say what git says, of the file it names; else a RegistrationError naming `where`."""
+    record, commit = provenance.get("registration"), provenance.get("commit")
+    if seed not in registration.seeds and record is None:
+        return False
+    if not _holds_commit(repo, commit):
+        raise RegistrationError(f"{where}: records the commit {commit!r}, which this repository does not hold; "
+                                "expected the commit the run was trained on (a run of a registered seed is "
+                                "confirmatory only when git shows that commit descends from the registration)")
+    if record is not None:
+        named = registration.path.parent / str(record.get("file"))
+        added = registering_commit(repo, named) if NAME.match(named.name) and named.is_file() else None
+        if added is None or record.get("commit") != added or \
+                record.get("code_descends") is not descends_from(repo, commit, added):
+            raise RegistrationError(
+                f"{where}: says its code {'descends' if record.get('code_descends') else 'does not descend'} from "
+                f"{record.get('file')} ({str(record.get('commit'))[:7]}), which git does not bear out"
+                + (" (no such registration)" if added is None else
+                   f" ({named.name} was added by {added[:7]})" if record.get("commit") != added else "")
+                + "; expected the record `collect` writes from git (collect the run again)")
+    return seed in registration.seeds and descends_from(repo, commit, registration.sealed_by)
+
+
+def code_record(repo: Path, registration: Registration | None, seed: int, commit: str) -> dict[str, object]:
+    """What a run's provenance says of the study's sealed registration, for a seed it names: the
+    registration, its commit, and whether the code the run was trained on (`commit`) descends from
+    it (read with git here, so that `report` needs none); nothing for another seed or no sealed one."""
+    if registration is None or registration.sealed_by is None or seed not in registration.seeds:
+        return {}
+    return {"registration": {"file": registration.path.name, "commit": registration.sealed_by,
+                             "code_descends": bool(commit) and descends_from(repo, commit, registration.sealed_by)}}

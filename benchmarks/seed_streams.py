@@ -184,12 +184,17 @@ def processes(name: str, count: int, args: argparse.Namespace, settings) -> dict
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
         workers = [subprocess.Popen([*command, "--seed", str(s)], stdout=subprocess.PIPE, text=True, env=env)
                    for s in range(count)]
-        for w in workers:
-            line = w.stdout.readline().strip()
-            if line != "ready":
-                raise SystemExit(f"error: a {name} worker did not start (it printed {line!r}); expected 'ready'")
-        go.touch()
-        seconds = [json.loads(w.communicate()[0])["seconds"] for w in workers]
+        try:
+            for w in workers:
+                line = w.stdout.readline().strip()
+                if line != "ready":
+                    raise SystemExit(f"error: a {name} worker did not start (it printed {line!r}); expected 'ready'")
+            go.touch()
+            seconds = [json.loads(w.communicate()[0])["seconds"] for w in workers]
+        finally:
+            for w in workers:  # none outlives a failed start
+                if w.poll() is None:
+                    w.kill()
     tokens = count * args.steps * settings.batch * settings.seq_len
     label = f"{count} process{'es' if count > 1 else ''}" + (" (MPS)" if args.mps else "")
     return {"model": name, "contender": label, "seeds": count, "ms_per_call": max(seconds) / args.steps * 1e3,

@@ -43,6 +43,8 @@ class StreamGraph:
             logits, state = model(x)  # (1, chunk, V)
             self.first = losses(logits, y)  # (chunk,)
         torch.cuda.current_stream().wait_stream(side)
+        for tensor in (self.first, *_tensors(state)):  # made on the side stream, read on this one
+            tensor.record_stream(torch.cuda.current_stream())
         self.x, self.y, self.held = x.clone(), y.clone(), _copy(state)  # the graph's inputs
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):

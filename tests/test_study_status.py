@@ -56,7 +56,7 @@ def test_a_run_cut_off_with_its_session_says_how_far_it_got_and_how_to_go_on(rep
         f"+ 120 steps, last on Intel Xeon (family 6 model 207 stepping 2), resume file {levi}, saved just now")
     assert [study_status._age(s) for s in (59, 600, 5400, 36_000)] == ["just now", "10 min ago", "1.5 h ago", "10.0 h ago"]
     assert lines[0].startswith("model        ") and rows[("astra_gamma", "1337")].startswith("astra_gamma   1337")
-    assert rows[("leviathan", "2")].endswith("queued (DVC queue)")
+    assert rows[("leviathan", "2")].endswith("queued (DVC queue, 1 of 1 in line)")
     assert lines[-5:] == ["to continue the runs cut off (each resumes from its file, on this or another CPU):",
                           "  dvc queue kill leviathan-seed1",
                           f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma leviathan --seed-list 1 2",
@@ -117,6 +117,18 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
                                                "(best 1.2500), 600 s an epoch, about 20 min to go")
     assert rows[("leviathan", "1")].endswith(f"(its session ended); reached epoch 3/20, last on AMD EPYC, "
                                              f"resume file {levi}, saved just now")
+
+
+def test_queued_runs_show_their_place_in_line_in_the_queues_order_not_by_name(repo, monkeypatch):
+    """`status` gives each queued run its place among those waiting, in the order DVC lists them (a
+    worker's order), which need not be the seeds' order."""
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
+        [Task("a" * 40, "astra_gamma-seed6", "Running", alive=True), Task("b" * 40, "astra_gamma-seed9", "Queued"),
+         Task("c" * 40, "astra_gamma-seed3", "Queued"), Task("d" * 40, "astra_gamma-seed4", "Queued")], 1))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [3, 4, 6, 9], 1.0)
+    assert [line.split("  ")[-1] for line in lines[1:]] == [
+        "queued (DVC queue, 2 of 3 in line)", "queued (DVC queue, 3 of 3 in line)", "running (DVC queue)",
+        "queued (DVC queue, 1 of 3 in line)"]
 
 def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch, tmp_path):
     """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against
@@ -211,6 +223,14 @@ def test_the_queue_of_a_real_dvc_repository_is_read_by_dvc(tmp_path):
     assert [(task.name, task.status, task.alive) for task in state.tasks] == [("e1", "Queued", False)]
     assert state.workers == 0 and state.pending == {"e1"}
     assert study_status._local_queue(tmp_path) is None  # no DVC repository there
+
+    # The order a worker takes queued runs in: the broker's message files by name, as text. Their names
+    # begin with the milliseconds since boot, so e2, queued 9 s later at 10^7 ms, goes first.
+    subprocess.run(["dvc", "exp", "run", "--queue", "-q", "-n", "e2", "-S", "x=3"], cwd=root, check=True)
+    first, second = sorted((root / ".dvc/tmp/exps/celery/broker/in").glob("*.celery.msg"))  # e1's, then e2's
+    first.rename(first.with_name("9991000_" + first.name.split("_", 1)[1]))
+    second.rename(second.with_name("10000000_" + second.name.split("_", 1)[1]))
+    assert dvc_queue.read(root).in_line() == ["e2", "e1"]
 
 
 def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, monkeypatch):

@@ -93,6 +93,13 @@ class QueueState:
         """The names waiting for a worker, sorted."""
         return sorted({task.name for task in self.tasks if task.status == "Queued"})
 
+    def in_line(self) -> list[str]:
+        """The names waiting for a worker in the order a worker takes them: DVC lists them in its
+        broker's order, its message files' names sorted as text. Those names begin with the
+        milliseconds since the machine started (kombu's filesystem transport), so a run queued later
+        goes first when its count has more digits but a smaller first one, and after a reboot."""
+        return list(dict.fromkeys(task.name for task in self.tasks if task.status == "Queued"))
+
     def by_name(self) -> dict[str, Task]:
         """name -> its entry; of a name queued again after a failure, the running entry, else the
         queued one, else the last listed."""

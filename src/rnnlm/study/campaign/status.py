@@ -4,8 +4,8 @@ In:  the models and seeds asked for, and what this repository knows: the study f
      experiments under refs/exps/, DVC's local queue, the states the Slurm tasks wrote, and the
      resume files of runs that were cut off.
 Out: one line per (model, seed): collected; finished, not collected (an experiment here); pushed to
-     the git remote from this commit, not pulled; queued, running, failed or cancelled (DVC's queue
-     or a Slurm task); cut off (listed running in DVC's queue, its process gone: the session that
+     the git remote from this commit, not pulled; queued (in DVC's queue with its place in line,
+     or a Slurm task), running, failed or cancelled; cut off (listed running in DVC's queue, its process gone: the session that
      ran it ended); interrupted (a resume file, nothing queued); missing. A run with a resume file
      says the epoch it reached, the processor that last trained it and the file; the lines end with
      the commands that continue the runs cut off, and with what to do when queued runs have no
@@ -118,6 +118,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
     local = _local_queue(repo)
     queue = local.by_name() if local is not None else {}
+    in_line = local.in_line() if local is not None else []
     slurm, pushed = slurm_states(repo), _pushed(repo, remote)
     saved = _resume_files(resume_dir, steps_scale)
     live = _live(repo)
@@ -137,6 +138,8 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 state = "cut off: DVC's queue lists it running, but its process is gone (its session ended)"
                 dead.append(name)
                 to_continue.append((model, seed))
+            elif name in queue and name in in_line:
+                state = f"queued (DVC queue, {in_line.index(name) + 1} of {len(in_line)} in line)"
             elif name in queue:
                 state = f"{queue[name].status.lower()} (DVC queue)"
             elif name in slurm:

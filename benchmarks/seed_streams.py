@@ -70,10 +70,8 @@ def seed_step(config: ModelConfig, seed: int, device: torch.device) -> EagerStep
 
 def alone_step(config: ModelConfig, seed: int, device: torch.device):
     """One seed's step as the train stage makes it (`make_training_step`: a CUDA graph on CUDA)."""
-    torch.manual_seed(seed)
-    model = RecurrentLM(config).to(device).train()
-    graph = device.type == "cuda"
-    return make_training_step(model, make_optimizer(model, 1e-3, 0.01, device, graph), 1.0, device, graph)
+    part = seed_step(config, seed, device)
+    return make_training_step(part.model, part.optimizer, 1.0, device, device.type == "cuda")
 
 
 class SeedsGraph:

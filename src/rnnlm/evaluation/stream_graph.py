@@ -20,17 +20,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from rnnlm.models.cells.base import ModelState
+from rnnlm.models.cells.base import ModelState, entries, from_entries
 from rnnlm.models.kinds import LanguageModel
 
 
 def _tensors(state: ModelState) -> list[Tensor]:
     """Every tensor of a model state, layer by layer (an LSTM layer holds two)."""
-    return [t for layer in state for t in (layer if isinstance(layer, tuple) else (layer,))]
+    return [t for layer in state for t in entries(layer)]
 
 
 def _copy(state: ModelState) -> ModelState:
-    return tuple(tuple(t.clone() for t in layer) if isinstance(layer, tuple) else layer.clone() for layer in state)
+    return tuple(from_entries(t.clone() for t in entries(layer)) for layer in state)
 
 
 class StreamGraph:

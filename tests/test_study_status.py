@@ -188,6 +188,49 @@ def _started(process: subprocess.Popen, marker: str) -> None:
     raise AssertionError(f"{marker}: the process never showed it")
 
 
+def test_a_run_training_that_the_queue_no_longer_lists_is_named_with_the_processes_to_stop(repo, monkeypatch):
+    """An entry removed from DVC's queue whose message a worker still took trains unlisted, ahead of
+    every run in line: `read` finds it from its live process record and names it from its run file,
+    with its process and the one it started; `status` says which pids stop it. A listed running
+    entry, or a dead record, is not unlisted."""
+    exps = repo / ".dvc/tmp/exps"
+    stray, listed, dead = "7" * 40, "8" * 40, "9" * 40
+    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    run = subprocess.Popen([sys.executable, "-c", child, f"--infofile={stray}.run"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--infofile={listed}.run"])
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "queue-worker"])
+    try:
+        for process, marker in [(run, stray), (other, listed), (worker, "queue-worker")]:
+            _started(process, marker)
+        for _ in range(500):  # the stray's own child, started after its exec
+            if psutil.Process(run.pid).children():
+                break
+            time.sleep(0.01)
+        grandchild = psutil.Process(run.pid).children()[0].pid
+        for rev, pid in [(stray, run.pid), (listed, other.pid), (dead, 2 ** 22 + 1)]:
+            (exps / "run" / rev).mkdir(parents=True)
+            (exps / "run" / rev / f"{rev}.json").write_text(json.dumps({"pid": pid, "returncode": None}))
+            (exps / "run" / rev / f"{rev}.run").write_text(json.dumps({"name": f"name-{rev[0]}"}))
+        (exps / "celery").mkdir(parents=True)
+        (exps / "celery/dvc-exp-worker-1.json").write_text(json.dumps({"pid": worker.pid, "returncode": None}))
+        entries = [{"rev": listed, "name": "astra_gamma-seed6", "status": "Running"},
+                   {"rev": "a" * 40, "name": "astra_gamma-seed7", "status": "Queued"}]
+        monkeypatch.setattr(dvc_queue, "_entries", lambda repo: entries)
+        state = dvc_queue.read(repo)
+        assert state.unlisted == (dvc_queue.Unlisted("name-7", (run.pid, grandchild)),)
+        assert (state.training, state.idle) == (2, 0)
+        lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [6, 7], 1.0)
+        assert lines[-1].startswith("name-7 trains in DVC's queue, which no longer lists it")
+        assert lines[-1].endswith(f"kill {run.pid} {grandchild}")
+        entries[0]["status"] = "Success"  # listed no more: the live run 8 is unlisted too
+        assert [r.name for r in dvc_queue.read(repo).unlisted] == ["name-7", "name-8"]
+    finally:
+        for process in psutil.Process(run.pid).children(recursive=True):
+            process.kill()
+        for process in (run, other, worker):
+            process.kill()
+
+
 def test_a_run_marked_running_before_its_process_record_is_written_is_starting_not_cut_off(monkeypatch, tmp_path):
     """A worker marks its next run Running a moment before the run's process writes its record: with
     a live worker that run is starting; with none, it was cut off."""

@@ -23,6 +23,11 @@ DVC's reader goes through every message the queue has ever held, so its cost gro
 history (1.1-2.3 s a call on the 2-core AMD EPYC once the study's queue had held 82 runs); `busy`
 answers from the process records alone (milliseconds), for a caller that polls while runs train.
 
+A run can train with no entry listing it: an entry removed (`dvc queue remove`) whose message a worker
+still took (seen here on 2026-11-28: a worker started after a session's end ran an exploratory seed
+removed an hour before, ahead of the run it was started for). `read` names such runs and their
+processes, so that `status` can say what holds the worker.
+
 In:  the repository's root.
 Out: `read(repo)`, a `QueueState`; `busy(repo)`, whether a worker and a run of the queue are alive.
 """
@@ -60,18 +65,31 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Unlisted:
+    """A run alive in the queue's worker that DVC's listing does not hold as running: its entry was
+    removed (`dvc queue remove`), yet a worker took its message and runs it. It holds that worker
+    until it ends, ahead of every run in line. `pids`: its process and those it started (the
+    stage's), the ones to stop."""
+
+    name: str
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class QueueState:
-    """The queue's entries in DVC's order, the workers whose process is alive, and how many of those
-    have stopped taking runs (their consumer died: each finishes the run it has, then exits)."""
+    """The queue's entries in DVC's order, the workers whose process is alive, how many of those have
+    stopped taking runs (their consumer died: each finishes the run it has, then exits), and the runs
+    alive that the listing does not hold."""
 
     tasks: list[Task]
     workers: int
     stopped: int = 0
+    unlisted: tuple[Unlisted, ...] = ()
 
     @property
     def training(self) -> int:
-        """How many runs are training now (a Running entry whose process is alive)."""
-        return sum(task.alive for task in self.tasks)
+        """How many runs are training now (a Running entry whose process is alive, or one unlisted)."""
+        return sum(task.alive for task in self.tasks) + len(self.unlisted)
 
     @property
     def idle(self) -> int:
@@ -121,7 +139,26 @@ def read(repo: Path) -> QueueState:
                                                             entry["rev"], bool(workers)))
              for entry in entries]
     stopped = sum(_stopped(record.with_suffix(".out")) for record in workers)
-    return QueueState(tasks, len(workers), stopped)
+    listed = {task.rev for task in tasks if task.status == "Running"}
+    return QueueState(tasks, len(workers), stopped, tuple(_unlisted(exps, listed)))
+
+
+def _unlisted(exps: Path, listed: set[str]) -> list[Unlisted]:
+    """The runs whose process record (`run/<rev>/<rev>.json`) names a live process but whose revision
+    is not in `listed`, each named by its run file (`<rev>.run`, JSON holding "name")."""
+    found = []
+    for record in sorted((exps / "run").glob("*/*.json")):
+        rev = record.stem
+        if rev != record.parent.name or rev in listed or not _alive(record, rev):
+            continue
+        try:
+            name = json.loads(record.with_suffix(".run").read_text(encoding="utf-8"))["name"]
+            process = psutil.Process(int(json.loads(record.read_text(encoding="utf-8"))["pid"]))
+            pids = (process.pid, *(child.pid for child in process.children(recursive=True)))
+        except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+            continue  # ended, or its run file not written yet: nothing to stop
+        found.append(Unlisted(name or rev[:7], pids))
+    return found
 
 
 def busy(repo: Path) -> bool:

@@ -8,8 +8,9 @@ Out: one line per (model, seed): collected; finished, not collected (an experime
      or a Slurm task), running, failed or cancelled; cut off (listed running in DVC's queue, its process gone: the session that
      ran it ended); interrupted (a resume file, nothing queued); missing. A run with a resume file
      says the epoch it reached, the processor that last trained it and the file; the lines end with
-     the commands that continue the runs cut off, and with what to do when queued runs have no
-     worker to take them. DVC's queue is read from its files (`dvc_queue`), never by asking its
+     the commands that continue the runs cut off, the runs training that DVC's queue no longer
+     lists (with the processes that stop them), and what to do when queued runs have no worker to
+     take them. DVC's queue is read from its files (`dvc_queue`), never by asking its
      worker, which can stop it. A run training now (in DVC's queue or the
 workspace) also shows its live figures, read from the training report it rewrites after every save:
 the epoch reached of its total, the last and best validation loss, the time an epoch takes, and
@@ -165,7 +166,18 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
         seed_list = " ".join(str(s) for s in sorted({s for _, s in to_continue}))
         lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seed-list {seed_list}"
                      + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else ""))
-    return lines + _stalled(local)
+    return lines + _unlisted(local) + _stalled(local)
+
+
+def _unlisted(local: QueueState | None) -> list[str]:
+    """The runs training in the queue's worker that DVC no longer lists, and how to stop each: its
+    worker takes no run in line before it ends."""
+    lines = []
+    for run in local.unlisted if local is not None else ():
+        lines += ["", f"{run.name} trains in DVC's queue, which no longer lists it (its entry was removed, but a "
+                      "worker took its message); every run in line waits for it. To stop it (a resume file keeps "
+                      f"its epochs): kill {' '.join(map(str, run.pids))}"]
+    return lines
 
 
 def _stalled(local: QueueState | None) -> list[str]:
@@ -176,7 +188,7 @@ def _stalled(local: QueueState | None) -> list[str]:
         return []
     runs = f"{len(waiting)} run{'s' if len(waiting) > 1 else ''} ({', '.join(waiting)}) wait{'' if len(waiting) > 1 else 's'}"
     if local.training:
-        running = ", ".join(task.name for task in local.tasks if task.alive)
+        running = ", ".join([task.name for task in local.tasks if task.alive] + [run.name for run in local.unlisted])
         return ["", f"{runs} in DVC's queue, and its worker stopped taking runs (DVC's broker: see "
                     f"rnnlm.study.campaign.dvc_queue); it exits when {running} ends, then: dvc queue start"]
     return ["", f"{runs} in DVC's queue with no worker alive: dvc queue start"]

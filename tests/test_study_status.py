@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -129,6 +130,30 @@ def test_queued_runs_show_their_place_in_line_in_the_queues_order_not_by_name(re
     assert [line.split("  ")[-1] for line in lines[1:]] == [
         "queued (DVC queue, 2 of 3 in line)", "queued (DVC queue, 3 of 3 in line)", "running (DVC queue)",
         "queued (DVC queue, 1 of 3 in line)"]
+
+
+def test_a_name_queued_twice_shows_both_places_and_that_it_would_train_twice(repo, tmp_path):
+    """DVC queues a name a second time without a word, and `dvc queue remove NAME` then removes one of
+    the two entries (both checked here on a real DVC queue): `status` lists every entry's place, so
+    a seed that would train twice says so."""
+    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
+    (repo / "params.yaml").write_text("seed: 1\n")
+    (repo / "dvc.yaml").write_text("stages:\n  s:\n    cmd: echo ${seed} > out.txt\n    params: [seed]\n"
+                                   "    outs: [out.txt]\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
+    for seed in (4, 3, 4):
+        subprocess.run(["dvc", "exp", "run", "--queue", "-q", "-n", "astra_gamma-seed4" if seed == 4 else
+                        "astra_gamma-seed3", "-S", f"seed={seed}"], cwd=repo, check=True)
+    lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [3, 4], 1.0)
+    three, four = (line.split("  ")[-1] for line in lines[1:3])
+    # the places follow the broker's order, which a digit boundary of its message names can change
+    once = re.fullmatch(r"queued \(DVC queue, (\d) of 3 in line\)", three)
+    twice = re.fullmatch(r"queued \(DVC queue, (\d) and (\d) of 3 in line\); queued 2 times, so it would train 2 "
+                         r"times: `dvc queue remove astra_gamma-seed4` removes one entry a call", four)
+    assert once and twice and {*once.groups(), *twice.groups()} == {"1", "2", "3"}
+    subprocess.run(["dvc", "queue", "remove", "-q", "astra_gamma-seed4"], cwd=repo, check=True)
+    assert dvc_queue.read(repo).in_line().count("astra_gamma-seed4") == 1
 
 def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch, tmp_path):
     """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against

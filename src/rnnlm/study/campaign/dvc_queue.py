@@ -23,10 +23,11 @@ DVC's reader goes through every message the queue has ever held, so its cost gro
 history (1.1-2.3 s a call on the 2-core AMD EPYC once the study's queue had held 82 runs); `busy`
 answers from the process records alone (milliseconds), for a caller that polls while runs train.
 
-A run can train with no entry listing it: an entry removed (`dvc queue remove`) whose message a worker
-still took (seen here on 2026-11-28: a worker started after a session's end ran an exploratory seed
-removed an hour before, ahead of the run it was started for). `read` names such runs and their
-processes, so that `status` can say what holds the worker.
+A run can train with no entry listing it: a worker took a message whose entry was removed (seen here
+on 2026-11-28: a worker started after a session's end ran an exploratory seed removed minutes
+before, ahead of the run it was started for; most likely the seed had been queued twice, and
+`dvc queue remove` takes one entry a call). `read` names such runs and their processes, so that
+`status` can say what holds the worker.
 
 In:  the repository's root.
 Out: `read(repo)`, a `QueueState`; `busy(repo)`, whether a worker and a run of the queue are alive.
@@ -112,11 +113,12 @@ class QueueState:
         return sorted({task.name for task in self.tasks if task.status == "Queued"})
 
     def in_line(self) -> list[str]:
-        """The names waiting for a worker in the order a worker takes them: DVC lists them in its
-        broker's order, its message files' names sorted as text. Those names begin with the
-        milliseconds since the machine started (kombu's filesystem transport), so a run queued later
-        goes first when its count has more digits but a smaller first one, and after a reboot."""
-        return list(dict.fromkeys(task.name for task in self.tasks if task.status == "Queued"))
+        """The names of the entries waiting for a worker, in the order a worker takes them: DVC lists
+        them in its broker's order, its message files' names sorted as text. Those names begin with
+        the milliseconds since the machine started (kombu's filesystem transport), so a run queued
+        later goes first when its count has more digits but a smaller first one, and after a reboot.
+        A name queued twice (DVC allows it) is listed twice: it would train twice."""
+        return [task.name for task in self.tasks if task.status == "Queued"]
 
     def by_name(self) -> dict[str, Task]:
         """name -> its entry; of a name queued again after a failure, the running entry, else the

@@ -140,7 +140,11 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 dead.append(name)
                 to_continue.append((model, seed))
             elif name in queue and name in in_line:
-                state = f"queued (DVC queue, {in_line.index(name) + 1} of {len(in_line)} in line)"
+                places = [str(place) for place, queued in enumerate(in_line, 1) if queued == name]
+                state = f"queued (DVC queue, {' and '.join(places)} of {len(in_line)} in line)"
+                if len(places) > 1:
+                    state += (f"; queued {len(places)} times, so it would train {len(places)} times: "
+                              f"`dvc queue remove {name}` removes one entry a call")
             elif name in queue:
                 state = f"{queue[name].status.lower()} (DVC queue)"
             elif name in slurm:

@@ -146,16 +146,16 @@ def read(repo: Path) -> QueueState:
 
 
 def _unlisted(exps: Path, listed: set[str]) -> list[Unlisted]:
-    """The runs whose process record (`run/<rev>/<rev>.json`) names a live process but whose revision
-    is not in `listed`, each named by its run file (`<rev>.run`, JSON holding "name")."""
+    """The runs whose process record names a live process but whose revision is not in `listed`,
+    each named by its run file (`<rev>.run`, JSON holding "name")."""
     found = []
-    for record in sorted((exps / "run").glob("*/*.json")):
+    for record in _run_records(exps):
         rev = record.stem
-        if rev != record.parent.name or rev in listed or not _alive(record, rev):
+        process = None if rev in listed else _process(record, rev)
+        if process is None:
             continue
         try:
             name = json.loads(record.with_suffix(".run").read_text(encoding="utf-8"))["name"]
-            process = psutil.Process(int(json.loads(record.read_text(encoding="utf-8"))["pid"]))
             pids = (process.pid, *(child.pid for child in process.children(recursive=True)))
         except (OSError, ValueError, KeyError, TypeError, psutil.Error):
             continue  # ended, or its run file not written yet: nothing to stop
@@ -163,12 +163,16 @@ def _unlisted(exps: Path, listed: set[str]) -> list[Unlisted]:
     return found
 
 
+def _run_records(exps: Path) -> list[Path]:
+    """dvc-task's process records of the queue's runs, `run/<rev>/<rev>.json`, by revision."""
+    return [record for record in sorted((exps / "run").glob("*/*.json")) if record.stem == record.parent.name]
+
+
 def busy(repo: Path) -> bool:
     """Whether a queue worker and a run the queue started are both alive now, read from dvc-task's
     process records alone (no DVC): while it holds, nothing a waiting caller would do has changed."""
     exps = repo / EXPS
-    runs = (record for record in (exps / "run").glob("*/*.json") if record.stem == record.parent.name)
-    return bool(_live_workers(exps)) and any(_alive(record, record.stem) for record in runs)
+    return bool(_live_workers(exps)) and any(_alive(record, record.stem) for record in _run_records(exps))
 
 
 def _live_workers(exps: Path) -> list[Path]:
@@ -221,16 +225,23 @@ def _unparsable_messages(broker: Path) -> list[Path]:
 
 
 def _alive(record: Path, marker: str) -> bool:
-    """Whether the process that dvc-task recorded in `record` (JSON: its pid, and its return code once
-    it ended) runs now: no return code, and a process of that pid whose command line holds `marker`
-    (the run's revision, or "queue-worker"), which a pid reused by another program would not."""
+    """Whether the process that dvc-task recorded in `record` runs now (`_process`)."""
+    return _process(record, marker) is not None
+
+
+def _process(record: Path, marker: str) -> psutil.Process | None:
+    """The process that dvc-task recorded in `record` (JSON: its pid, and its return code once it
+    ended), if it runs now: no return code, and a process of that pid whose command line holds
+    `marker` (the run's revision, or "queue-worker"), which a pid reused by another program would
+    not; else None."""
     try:
         info = json.loads(record.read_text(encoding="utf-8"))
         if info.get("returncode") is not None:
-            return False
-        return any(marker in word for word in psutil.Process(int(info["pid"])).cmdline())
+            return None
+        process = psutil.Process(int(info["pid"]))
+        return process if any(marker in word for word in process.cmdline()) else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, psutil.Error):
-        return False
+        return None
 
 
 def _running(record: Path, rev: str, worker_alive: bool) -> bool:

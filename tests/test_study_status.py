@@ -120,6 +120,22 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
                                              f"resume file {levi}, saved just now")
 
 
+
+def test_a_failed_run_with_a_resume_file_shows_how_far_it_got_and_how_to_go_on(repo, tmp_path, monkeypatch):
+    """A run killed in the queue (`dvc queue kill`, or its stage's process) is listed Failed. Its
+    workspace report stopped with it, so the line reads its resume file, not a live figure, and the
+    command that continues it follows."""
+    _workspace_report(repo, "tmpaaa", "astra_gamma", 7, 10, 0, written=time.time())
+    resume = tmp_path / "resume"
+    gamma = _save(resume, "astra_gamma", 7, 10)
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
+        [Task("a" * 40, "astra_gamma-seed7", "Failed")], 0))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [7], 1.0, resume_dir=resume)
+    assert lines[1:] == [f"astra_gamma      7  failed (DVC queue); reached epoch 10/20, last on AMD EPYC, resume file "
+                         f"{gamma}, saved just now", "",
+                         "to continue the runs cut off (each resumes from its file, on this or another CPU):",
+                         f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma --seed-list 7"]
+
 def test_queued_runs_show_their_place_in_line_in_the_queues_order_not_by_name(repo, monkeypatch):
     """`status` gives each queued run its place among those waiting, in the order DVC lists them (a
     worker's order), which need not be the seeds' order."""
@@ -149,11 +165,49 @@ def test_a_name_queued_twice_shows_both_places_and_that_it_would_train_twice(rep
     three, four = (line.split("  ")[-1] for line in lines[1:3])
     # the places follow the broker's order, which a digit boundary of its message names can change
     once = re.fullmatch(r"queued \(DVC queue, (\d) of 3 in line\)", three)
-    twice = re.fullmatch(r"queued \(DVC queue, (\d) and (\d) of 3 in line\); queued 2 times, so it would train 2 "
-                         r"times: `dvc queue remove astra_gamma-seed4` removes one entry a call", four)
-    assert once and twice and {*once.groups(), *twice.groups()} == {"1", "2", "3"}
+    tasks = [task.rev[:7] for task in dvc_queue.read(repo).tasks if task.name == "astra_gamma-seed4"]
+    twice = re.fullmatch(r"queued \(DVC queue, (\d) and (\d) of 3 in line\); queued 2 times \(tasks (\w+), (\w+)\), so "
+                         r"it would train 2 times: `dvc queue remove TASK` removes one", four)
+    assert once and twice and {*once.groups(), *twice.groups()[:2]} == {"1", "2", "3"}
+    assert sorted(twice.groups()[2:]) == sorted(tasks)
     subprocess.run(["dvc", "queue", "remove", "-q", "astra_gamma-seed4"], cwd=repo, check=True)
     assert dvc_queue.read(repo).in_line().count("astra_gamma-seed4") == 1
+
+
+@pytest.mark.slow
+def test_a_name_with_a_failed_entry_and_a_queued_one_is_removed_by_task_id(repo):
+    """A seed that failed (killed, cut off) and was queued again has two entries of one name, and DVC
+    resolves a name to its last entry, finished ones after queued: `dvc queue remove NAME` takes the
+    failed entry and leaves the queued one (checked here on a real queue, whose worker runs a stage
+    that fails). `status` says so and gives the queued entry's task id, which removes it."""
+    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
+    (repo / "params.yaml").write_text("seed: 1\n")
+    (repo / "dvc.yaml").write_text("stages:\n  s:\n    cmd: test ${seed} != 4 && echo ${seed} > out.txt\n"
+                                   "    params: [seed]\n    outs: [out.txt]\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
+    name = "astra_gamma-seed4"
+    queue = ["dvc", "exp", "run", "--queue", "-q", "-n", name, "-S", "seed=4"]
+    subprocess.run(queue, cwd=repo, check=True)
+    subprocess.run(["dvc", "queue", "start", "-q"], cwd=repo, check=True)
+    deadline = time.monotonic() + 120
+    while [task.status for task in dvc_queue.read(repo).tasks] != ["Failed"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    worker = dvc_queue._process(repo / ".dvc/tmp/exps/celery/dvc-exp-worker-1.json", "queue-worker")
+    if worker is not None:  # idle now, it would take the next entry: stopped rather than waited for
+        worker.kill()
+        worker.wait(30)
+    subprocess.run(queue, cwd=repo, check=True)
+    state = dvc_queue.read(repo)
+    assert sorted(task.status for task in state.tasks) == ["Failed", "Queued"]
+    queued = next(task.rev[:7] for task in state.tasks if task.status == "Queued")
+    line = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [4], 1.0)[1]
+    assert line.endswith(f"queued (DVC queue, 1 of 1 in line); its name also has a failed entry, which `dvc queue "
+                         f"remove {name}` would remove instead of this one: `dvc queue remove {queued}` removes this one")
+    subprocess.run(["dvc", "queue", "remove", "-q", name], cwd=repo, check=True)
+    assert [task.status for task in dvc_queue.read(repo).tasks] == ["Queued"]  # the failed entry went
+    subprocess.run(["dvc", "queue", "remove", "-q", queued], cwd=repo, check=True)
+    assert dvc_queue.read(repo).tasks == []
 
 def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch, tmp_path):
     """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against

@@ -25,9 +25,9 @@ answers from the process records alone (milliseconds), for a caller that polls w
 
 A run can train with no entry listing it: a worker took a message whose entry was removed (seen here
 on 2026-11-28: a worker started after a session's end ran an exploratory seed removed minutes
-before, ahead of the run it was started for; most likely the seed had been queued twice, and
-`dvc queue remove` takes one entry a call). `read` names such runs and their processes, so that
-`status` can say what holds the worker.
+before, ahead of the run it was started for; `dvc queue remove NAME` had most likely taken that
+name's failed entry, which DVC resolves a name to before a queued one: see `status`). `read` names
+such runs and their processes, so that `status` can say what holds the worker.
 
 In:  the repository's root.
 Out: `read(repo)`, a `QueueState`; `busy(repo)`, whether a worker and a run of the queue are alive.

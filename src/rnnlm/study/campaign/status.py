@@ -141,10 +141,10 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
                 to_continue.append((model, seed))
             elif name in queue and name in in_line:
                 places = [str(place) for place, queued in enumerate(in_line, 1) if queued == name]
-                state = f"queued (DVC queue, {' and '.join(places)} of {len(in_line)} in line)"
-                if len(places) > 1:
-                    state += (f"; queued {len(places)} times, so it would train {len(places)} times: "
-                              f"`dvc queue remove {name}` removes one entry a call")
+                state = f"queued (DVC queue, {' and '.join(places)} of {len(in_line)} in line)" + _removal(local, name)
+            elif name in queue and queue[name].status == "Failed" and header is not None:
+                state = "failed (DVC queue)"  # its live report, if any, stopped with it: the resume file says more
+                to_continue.append((model, seed))
             elif name in queue:
                 state = f"{queue[name].status.lower()} (DVC queue)"
             elif name in slurm:
@@ -156,7 +156,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
             else:
                 state = "missing"
             settled = state == "collected" or state.startswith("finished")
-            if (model, seed, steps_scale) in live and not settled and name not in dead:
+            if (model, seed, steps_scale) in live and not settled and not state.startswith(("cut off", "failed")):
                 state += f"; {live[model, seed, steps_scale]}"
             elif header is not None and not settled:
                 state += f"; reached {_progress(header)}"
@@ -171,6 +171,23 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
         lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seed-list {seed_list}"
                      + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else ""))
     return lines + _unlisted(local) + _stalled(local)
+
+
+def _removal(local: QueueState, name: str) -> str:
+    """For a queued name with more than one entry, what its entries are and how to remove one: by
+    its task id. DVC resolves a name to that name's last entry, its finished entries listed after its
+    queued ones, so `dvc queue remove NAME` takes a failed or successful entry of the name first and
+    leaves the queued one, and of two queued entries it takes one (each checked on a real queue)."""
+    entries = [task for task in local.tasks if task.name == name]
+    queued = [task.rev[:7] for task in entries if task.status == "Queued"]
+    ended = sorted({task.status.lower() for task in entries if task.status in ("Failed", "Success")})
+    if len(queued) > 1:
+        return (f"; queued {len(queued)} times (tasks {', '.join(queued)}), so it would train {len(queued)} times: "
+                f"`dvc queue remove TASK` removes one")
+    if ended:
+        return (f"; its name also has a {' and a '.join(ended)} entry, which `dvc queue remove {name}` would remove "
+                f"instead of this one: `dvc queue remove {queued[0]}` removes this one")
+    return ""
 
 
 def _unlisted(local: QueueState | None) -> list[str]:

@@ -114,8 +114,9 @@ def _progress(header: ResumeHeader) -> str:
 def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequence[int],
                  steps_scale: float, remote: str = "origin", resume_dir: Path | None = None) -> list[str]:
     """One line per (model, seed), as the module docstring says, then how to continue the runs that
-    were cut off (an entry DVC's queue lists as running whose process is gone: its session ended) and
-    what to do when queued runs have no worker to take them."""
+    were cut off (an entry DVC's queue lists as running whose process is gone: its session ended) or
+    failed with a resume file left (killed), and what to do when queued runs have no worker to take
+    them."""
     finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
     local = _local_queue(repo)
     queue = local.by_name() if local is not None else {}

@@ -106,18 +106,24 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
     _workspace_report(repo, "tmpzzz", "astra_gamma", 5, 0, 150, written=1_000)  # the session that ended
     _workspace_report(repo, "tmpaaa", "astra_gamma", 5, 18, 7200, written=2_000)  # the resumed run
     _workspace_report(repo, "tmpmmm", "leviathan", 1, 0, 40, written=1_000)
+    _workspace_report(repo, "tmpbbb", "astra_gamma", 7, 10, 0, written=1_000)  # cut off, then resumed in
+    _workspace_report(repo, "tmpccc", "astra_gamma", 7, 0, 0, written=2_000)  # tmpccc, which finished training
+    (repo / ".dvc/tmp/exps/tmpccc/reports/train/metrics.json").write_text('{"model": "astra_gamma", "epochs": 20}')
+    os.utime(repo / ".dvc/tmp/exps/tmpccc/reports/train/metrics.json", (2_000, 2_000))
     resume = tmp_path / "resume"
     levi = _save(resume, "leviathan", 1, 3)
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
         [Task("a" * 40, "astra_gamma-seed5", "Running", alive=True),
-         Task("b" * 40, "leviathan-seed1", "Running", alive=False)], 1))
-    lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma", "leviathan"], [5, 1], 1.0,
+         Task("b" * 40, "leviathan-seed1", "Running", alive=False),
+         Task("c" * 40, "astra_gamma-seed7", "Running", alive=True)], 1))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma", "leviathan"], [5, 1, 7], 1.0,
                                       resume_dir=resume)
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
     assert rows[("astra_gamma", "5")].endswith("running (DVC queue); live: epoch 18/20, validation loss 1.5000 "
                                                "(best 1.2500), 600 s an epoch, about 20 min to go")
     assert rows[("leviathan", "1")].endswith(f"(its session ended); reached epoch 3/20, last on AMD EPYC, "
                                              f"resume file {levi}, saved just now")
+    assert rows[("astra_gamma", "7")].endswith("running (DVC queue)")  # evaluating: no live figures
 
 
 

@@ -51,7 +51,8 @@ def _live(repo: Path) -> dict[tuple[str, int, float], str]:
     """(model, seed, steps scale) -> the live line of each run training now: the train stage's report
     marked unfinished, in DVC's temporary workspaces of queued experiments or in this one. A run cut
     off and resumed leaves its old workspace behind (DVC removes it only when the run ends), so of
-    the reports of one run the newest written is the one read."""
+    the reports of one run the newest written is the one read, finished or not: once the resumed run
+    has finished training, the old workspace's unfinished report is not live."""
     found, written = {}, {}
     for report in [repo / "reports/train", *sorted((repo / ".dvc/tmp/exps").glob("*/reports/train"))]:
         try:
@@ -61,21 +62,31 @@ def _live(repo: Path) -> dict[tuple[str, int, float], str]:
             epochs = list(csv.DictReader((report / "epochs.tsv").read_text(encoding="utf-8").splitlines(),
                                          delimiter="\t")) if (report / "epochs.tsv").is_file() else []
             key = (params["model"], int(params["seed"]), float((params.get("train") or {}).get("steps_scale", 1.0)))
-            done, planned = int(metrics.get("epochs", 0)), int(metrics["epochs_planned"])
         except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
             continue
-        if metrics.get("finished") is not False or written.get(key, -1.0) > mtime:
+        if written.get(key, -1.0) > mtime:
             continue
         written[key] = mtime
-        if not epochs:
-            found[key] = f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
-            continue
-        per_epoch = sum(float(row["seconds"]) for row in epochs) / len(epochs)
-        left = (planned - done) * per_epoch
-        found[key] = (f"live: epoch {done}/{planned}, validation loss {metrics['val_loss']:.4f} (best "
-                      f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
-                      f"{left / 60:.0f} min to go")
+        found.pop(key, None)
+        if metrics.get("finished") is False:  # else the newest report is of a finished training: not live
+            try:
+                found[key] = _live_line(metrics, epochs)
+            except (KeyError, ValueError, TypeError):
+                continue  # a report not of our writing
     return found
+
+
+def _live_line(metrics: dict, epochs: list[dict]) -> str:
+    """The live figures of an unfinished train report (`metrics.json`, which then holds the epochs
+    planned, and the rows of `epochs.tsv`, one per epoch done)."""
+    planned = int(metrics["epochs_planned"])
+    if not epochs:
+        return f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
+    done = int(metrics.get("epochs", 0))
+    per_epoch = sum(float(row["seconds"]) for row in epochs) / len(epochs)
+    return (f"live: epoch {done}/{planned}, validation loss {metrics['val_loss']:.4f} (best "
+            f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
+            f"{(planned - done) * per_epoch / 60:.0f} min to go")
 
 
 def _pushed(repo: Path, remote: str) -> set[str]:

@@ -219,8 +219,8 @@ def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch,
     """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against
     the processes running now: a live process whose command line names the run; not a dead one, not
     one that ended (a return code), not a live pid that is another program's (reused after a
-    reboot). A worker whose log shows celery's "Unrecoverable error" after its last "ready." has
-    stopped taking runs. Nothing is asked of the worker (`dvc queue status` does, and can stop it)."""
+    reboot). A worker whose log shows celery's "Unrecoverable error" or "Got shutdown from remote"
+    after its last "ready." has stopped taking runs. Nothing is asked of the worker (`dvc queue status` does, and can stop it)."""
     exps = tmp_path / ".dvc/tmp/exps"
     live, gone, ended, reused = ("1" * 40, "2" * 40, "3" * 40, "4" * 40)
     training = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--infofile={live}.run"])
@@ -258,6 +258,9 @@ def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch,
         assert dvc_queue.read(tmp_path).taking == 0
         log.write_text(log.read_text() + "[...] dvc-exp-abc-1@localhost ready.\n")  # started again
         assert dvc_queue.read(tmp_path).taking == 1
+        log.write_text(log.read_text() + "[...: INFO/MainProcess] monitor: shutting down due to empty queue.\n"
+                       "[...: WARNING/MainProcess] Got shutdown from remote\n")  # DVC's monitor, its run going on
+        assert dvc_queue.read(tmp_path).taking == 0
     finally:
         training.kill()
         worker.kill()

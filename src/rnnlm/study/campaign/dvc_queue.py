@@ -10,9 +10,11 @@ queued behind it wait for a worker that never comes. Asking every 30 s, as a wai
 made that likely over a night. (Queuing a run beside a busy worker writes a message the same way,
 once per run queued.) DVC's worker asks itself too: its monitor thread (dvc-task's
 `TemporaryWorker.monitor`) inspects it every 10 s to learn whether the queue is empty, so a worker
-can stop with nothing else writing (twice here on 2026-11-27, two workers, no caller). That we
-cannot prevent from outside DVC; `status` says when queued runs have no worker, and `run --wait`
-starts one.
+can stop with nothing else writing (twice here on 2026-11-27, two workers, no caller), and one
+busy with the queue's only run can find the queue empty and be told to shut down after it. That we
+cannot prevent from outside DVC; a worker whose log says it will take no further run counts as
+stopped (`WORKER_STOPPED`), `status` says when queued runs have no worker to take them, and
+`run --wait` starts one.
 
 Here nothing is written: the entries come from DVC's own reader of the queue's message and result
 files (`celery_queue.status()`, what `dvc queue status` prints), and whether a worker or a run is
@@ -45,8 +47,11 @@ import psutil
 from rnnlm.errors import RnnlmError
 
 EXPS = Path(".dvc/tmp/exps")
-WORKER_STOPPED = "Unrecoverable error"
-"""What celery logs when a worker's consumer dies (the worker finishes its run, then exits)."""
+WORKER_STOPPED = ("Unrecoverable error", "Got shutdown from remote")
+"""What celery logs when a worker will take no further run (it finishes the one it has, then exits):
+its consumer died, or it was told to shut down, as DVC's monitor thread does when it finds the queue
+empty ("monitor: shutting down due to empty queue", which a worker busy with the only run can read:
+seen here on 2026-11-28, four minutes into a 97-minute run, after which four runs were queued)."""
 WORKER_READY = "ready."
 RANK = {"Running": 2, "Queued": 1}
 """Which of a name's entries `QueueState.by_name` keeps: the running one, else the queued one."""
@@ -252,10 +257,10 @@ def _running(record: Path, rev: str, worker_alive: bool) -> bool:
 
 
 def _stopped(log: Path) -> bool:
-    """Whether the worker whose log is `log` stopped taking runs since it last started: celery's
-    "Unrecoverable error" after its last "ready." line."""
+    """Whether the worker whose log is `log` stopped taking runs since it last started: one of
+    `WORKER_STOPPED` after its last "ready." line."""
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return text.rfind(WORKER_STOPPED) > text.rfind(WORKER_READY)
+    return max(text.rfind(marker) for marker in WORKER_STOPPED) > text.rfind(WORKER_READY)

@@ -154,16 +154,20 @@ def test_queued_runs_show_their_place_in_line_in_the_queues_order_not_by_name(re
         "queued (DVC queue, 1 of 3 in line)"]
 
 
+def _one_stage_dvc_repo(repo: Path, command: str) -> None:
+    """Make the git repository `repo` a committed DVC repository of one stage running `command`,
+    which reads the param `seed` (1 in params.yaml), so that experiments can be queued in it."""
+    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
+    (repo / "params.yaml").write_text("seed: 1\n")
+    (repo / "dvc.yaml").write_text(f"stages:\n  s:\n    cmd: {command}\n    params: [seed]\n    outs: [out.txt]\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
+
 def test_a_name_queued_twice_shows_both_places_and_that_it_would_train_twice(repo, tmp_path):
     """DVC queues a name a second time without a word, and `dvc queue remove NAME` then removes one of
     the two entries (both checked here on a real DVC queue): `status` lists every entry's place, so
     a seed that would train twice says so."""
-    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
-    (repo / "params.yaml").write_text("seed: 1\n")
-    (repo / "dvc.yaml").write_text("stages:\n  s:\n    cmd: echo ${seed} > out.txt\n    params: [seed]\n"
-                                   "    outs: [out.txt]\n")
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
+    _one_stage_dvc_repo(repo, "echo ${seed} > out.txt")
     for seed in (4, 3, 4):
         subprocess.run(["dvc", "exp", "run", "--queue", "-q", "-n", "astra_gamma-seed4" if seed == 4 else
                         "astra_gamma-seed3", "-S", f"seed={seed}"], cwd=repo, check=True)
@@ -186,12 +190,7 @@ def test_a_name_with_a_failed_entry_and_a_queued_one_is_removed_by_task_id(repo)
     resolves a name to its last entry, finished ones after queued: `dvc queue remove NAME` takes the
     failed entry and leaves the queued one (checked here on a real queue, whose worker runs a stage
     that fails). `status` says so and gives the queued entry's task id, which removes it."""
-    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
-    (repo / "params.yaml").write_text("seed: 1\n")
-    (repo / "dvc.yaml").write_text("stages:\n  s:\n    cmd: test ${seed} != 4 && echo ${seed} > out.txt\n"
-                                   "    params: [seed]\n    outs: [out.txt]\n")
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True)
+    _one_stage_dvc_repo(repo, "test ${seed} != 4 && echo ${seed} > out.txt")  # seed 4 fails
     name = "astra_gamma-seed4"
     queue = ["dvc", "exp", "run", "--queue", "-q", "-n", name, "-S", "seed=4"]
     subprocess.run(queue, cwd=repo, check=True)

@@ -17,7 +17,8 @@
 `benchmarks/gpu_check.py --study` sends back) into `reports/study/<model>/seed-<seed>/`
 (`rnnlm.study.campaign.collect`); `report` builds the tables, figure and summaries from those
 folders, reading from git which rules are registered and which runs came after them
-(`rnnlm.study.judging.report`); `resume-files` lists the resume files of
+(`rnnlm.study.judging.report`), and prints what moved in findings.json: each claim's and row's verdict
+that changed, each row that became judged or waits for less (`rnnlm.study.judging.moved`); `resume-files` lists the resume files of
 interrupted runs and removes old ones (`rnnlm.training.resume`); `register` writes a new registration
 of the study's rules from a draft, its history read from git, and once it is committed, `--seal` records
 the commit that added it (`rnnlm.study.registration_git`).
@@ -36,6 +37,7 @@ from rnnlm.study.campaign.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.campaign.status import status_lines
 from rnnlm.study.registration import SEALED
 from rnnlm.study.registration_git import seal, write_registration
+from rnnlm.study.judging.moved import read_findings, verdicts_moved
 from rnnlm.study.judging.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
 
@@ -217,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
         for line in said:
             print(line)
     else:
+        before = read_findings(args.study / "findings.json")
         runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)
         print(f"wrote {args.markdown} and {args.figure}: {sum(not r.quick for r in runs)} full-scale runs, "
               f"{sum(r.quick for r in runs)} quick runs")
+        for line in verdicts_moved(before, read_findings(args.study / "findings.json")):
+            print(line)

@@ -23,12 +23,13 @@ import csv
 import json
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from rnnlm.study.campaign import dvc_queue
-from rnnlm.study.campaign.dvc_queue import QueueState
+from rnnlm.study.campaign.dvc_queue import QueueState, Task
 from rnnlm.study.campaign.experiments import find_runs
 from rnnlm.study.folders import seed_folder_name
 from rnnlm.study.campaign.queue import StudyError, experiment_name
@@ -122,67 +123,108 @@ def _progress(header: ResumeHeader) -> str:
             f"saved {_age(header.age_s())}")
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What this repository knows of the study's runs at one steps scale, read once for every
+    (model, seed) that `status_lines` lists."""
+
+    study_dir: Path
+    steps_scale: float
+    remote: str
+    finished: set[tuple[str, int]]  # experiments here
+    local: QueueState | None  # DVC's queue
+    queue: dict[str, Task]  # its entries by name (`QueueState.by_name`)
+    in_line: list[str]  # the names queued, in the order its worker takes them
+    pushed: set[str]  # experiment names on the remote
+    slurm: dict[str, tuple[str, str]]  # name -> (state, when)
+    saved: dict[tuple[str, int], ResumeHeader]  # resume files
+    live: dict[tuple[str, int, float], str]  # live figures of the runs training now
+
+
+@dataclass(frozen=True)
+class _RunState:
+    """One run's state line, and what continuing it takes: a kill of its dead queue entry, a queued run."""
+
+    text: str
+    cut_off: bool = False  # DVC's queue lists it running, its process gone: `dvc queue kill` first
+    to_continue: bool = False  # a resume file waits: queue it again
+
+
+def _run_state(known: _Known, model: str, seed: int) -> _RunState:
+    """The state of (model, seed), as the module docstring lists them; a run not collected or finished
+    also shows its live figures or, failing those, how far its resume file got."""
+    name = experiment_name(model, seed, known.steps_scale)
+    if known.steps_scale == 1.0 and (known.study_dir / model / seed_folder_name(seed)).is_dir():
+        return _RunState("collected")
+    if (model, seed) in known.finished:
+        return _RunState(f"finished, not collected (experiment {name})")
+    header = known.saved.get((model, seed))
+    entry, in_line = known.queue.get(name), known.in_line
+    cut_off = failed = interrupted = False  # each a run to continue from its resume file
+    if name in known.pushed:
+        text = f"pushed to {known.remote}, not pulled: dvc exp pull {known.remote} {name}"
+    elif entry is not None and entry.status == "Running" and not entry.alive:
+        text, cut_off = "cut off: DVC's queue lists it running, but its process is gone (its session ended)", True
+    elif entry is not None and name in in_line:
+        places = [str(place) for place, queued in enumerate(in_line, 1) if queued == name]
+        text = f"queued (DVC queue, {' and '.join(places)} of {len(in_line)} in line)" + _removal(known.local, name)
+    elif entry is not None and entry.status == "Failed" and header is not None:
+        text, failed = "failed (DVC queue)", True
+    elif entry is not None:
+        text = f"{entry.status.lower()} (DVC queue)"
+    elif name in known.slurm:
+        kind, when = known.slurm[name]
+        text = f"{kind} (Slurm task {when.split()[-1]}, {when.split()[0]})"
+    elif header is not None:
+        text, interrupted = "interrupted", True
+    else:
+        text = "missing"
+    live = known.live.get((model, seed, known.steps_scale))
+    if live is not None and not (cut_off or failed):  # a stopped run's report stopped with it
+        text += f"; {live}"
+    elif header is not None:
+        text += f"; reached {_progress(header)}"
+    return _RunState(text, cut_off, cut_off or failed or interrupted)
+
+
 def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequence[int],
                  steps_scale: float, remote: str = "origin", resume_dir: Path | None = None) -> list[str]:
     """One line per (model, seed), as the module docstring says, then how to continue the runs that
     were cut off (an entry DVC's queue lists as running whose process is gone: its session ended) or
     failed with a resume file left (killed), and what to do when queued runs have no worker to take
     them."""
-    finished = {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}
     local = _local_queue(repo)
-    queue = local.by_name() if local is not None else {}
-    in_line = local.in_line() if local is not None else []
-    slurm, pushed = slurm_states(repo), _pushed(repo, remote)
-    saved = _resume_files(resume_dir, steps_scale)
-    live = _live(repo)
+    known = _Known(study_dir, steps_scale, remote,
+                   {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale},
+                   local, local.by_name() if local is not None else {}, local.in_line() if local is not None else [],
+                   _pushed(repo, remote), slurm_states(repo), _resume_files(resume_dir, steps_scale), _live(repo))
     width = max([len("model"), *map(len, models)])
     lines, dead, to_continue = [f"{'model':<{width}} {'seed':>6}  state"], [], []
     for model in models:
         for seed in seeds:
-            name = experiment_name(model, seed, steps_scale)
-            header = saved.get((model, seed))
-            if steps_scale == 1.0 and (study_dir / model / seed_folder_name(seed)).is_dir():
-                state = "collected"
-            elif (model, seed) in finished:
-                state = f"finished, not collected (experiment {name})"
-            elif name in pushed:
-                state = f"pushed to {remote}, not pulled: dvc exp pull {remote} {name}"
-            elif name in queue and queue[name].status == "Running" and not queue[name].alive:
-                state = "cut off: DVC's queue lists it running, but its process is gone (its session ended)"
-                dead.append(name)
+            run = _run_state(known, model, seed)
+            lines.append(f"{model:<{width}} {seed:>6}  {run.text}")
+            if run.cut_off:
+                dead.append(experiment_name(model, seed, steps_scale))
+            if run.to_continue:
                 to_continue.append((model, seed))
-            elif name in queue and name in in_line:
-                places = [str(place) for place, queued in enumerate(in_line, 1) if queued == name]
-                state = f"queued (DVC queue, {' and '.join(places)} of {len(in_line)} in line)" + _removal(local, name)
-            elif name in queue and queue[name].status == "Failed" and header is not None:
-                state = "failed (DVC queue)"  # its live report, if any, stopped with it: the resume file says more
-                to_continue.append((model, seed))
-            elif name in queue:
-                state = f"{queue[name].status.lower()} (DVC queue)"
-            elif name in slurm:
-                kind, when = slurm[name]
-                state = f"{kind} (Slurm task {when.split()[-1]}, {when.split()[0]})"
-            elif header is not None:
-                state = "interrupted"
-                to_continue.append((model, seed))
-            else:
-                state = "missing"
-            settled = state == "collected" or state.startswith("finished")
-            if (model, seed, steps_scale) in live and not settled and not state.startswith(("cut off", "failed")):
-                state += f"; {live[model, seed, steps_scale]}"
-            elif header is not None and not settled:
-                state += f"; reached {_progress(header)}"
-            lines.append(f"{model:<{width}} {seed:>6}  {state}")
-    if to_continue:
-        lines += ["", "to continue the runs cut off (each resumes from its file, on this or another CPU):"]
-        if dead:
-            lines.append(f"  dvc queue kill {' '.join(dead)}")
-        env = f"{RESUME_ENV}={resume_dir} " if resume_dir is not None else ""
-        wanted = sorted({m for m, _ in to_continue})
-        seed_list = " ".join(str(s) for s in sorted({s for _, s in to_continue}))
-        lines.append(f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seed-list {seed_list}"
-                     + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else ""))
-    return lines + _unlisted(local) + _stalled(local)
+    return lines + _continue_lines(dead, to_continue, steps_scale, resume_dir) + _unlisted(local) + _stalled(local)
+
+
+def _continue_lines(dead: list[str], to_continue: list[tuple[str, int]], steps_scale: float,
+                    resume_dir: Path | None) -> list[str]:
+    """The commands that continue the runs cut off or left with a resume file: the dead queue
+    entries killed, then the runs queued again (each resumes from its file)."""
+    if not to_continue:
+        return []
+    lines = ["", "to continue the runs cut off (each resumes from its file, on this or another CPU):"]
+    if dead:
+        lines.append(f"  dvc queue kill {' '.join(dead)}")
+    env = f"{RESUME_ENV}={resume_dir} " if resume_dir is not None else ""
+    wanted = sorted({m for m, _ in to_continue})
+    seed_list = " ".join(str(s) for s in sorted({s for _, s in to_continue}))
+    return lines + [f"  {env}python -m rnnlm.study run --models {' '.join(wanted)} --seed-list {seed_list}"
+                    + (f" --steps-scale {steps_scale:g}" if steps_scale != 1.0 else "")]
 
 
 def _removal(local: QueueState, name: str) -> str:

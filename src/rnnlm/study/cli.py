@@ -132,11 +132,14 @@ def _which(args: argparse.Namespace, most: int, limit: str) -> tuple[list[str], 
     return models, seed_list or seeds_wanted(params.seed, args.seeds)
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand each, its handler set as `handle` (each takes the parsed
+    arguments and prints what it did)."""
     parser = argparse.ArgumentParser(prog="python -m rnnlm.study",
                                      description="The study across models and seeds: run, collect, report.")
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="queue each (model, seed) not held yet (DVC's queue, or --slurm)")
+    run_parser.set_defaults(handle=_run)
     _selection(run_parser)
     run_parser.add_argument("--wait", action="store_true", help="return only when DVC's queue is empty")
     run_parser.add_argument("--jobs", type=int, default=1,
@@ -146,12 +149,14 @@ def main(argv: list[str] | None = None) -> None:
     _slurm_options(run_parser)
     status_parser = commands.add_parser("status", help="which (model, seed) are collected, finished, running, "
                                                        "failed or missing")
+    status_parser.set_defaults(handle=_status)
     _selection(status_parser)
     status_parser.add_argument("--study", type=Path, default=Path("reports/study"))
     status_parser.add_argument("--resume-dir", default=".resume",
                                help=f"where the runs' resume files are (default: ${RESUME_ENV}, else .resume)")
     collect_parser = commands.add_parser("collect", help="copy each (model, seed)'s newest finished run into "
                                                          "reports/study/")
+    collect_parser.set_defaults(handle=_collect)
     collect_parser.add_argument("--repo", type=Path, default=Path("."), help="the repository's root (default: here)")
     collect_parser.add_argument("--out", type=Path, default=Path("reports/study"))
     collect_parser.add_argument("--archives", nargs="+", type=Path, default=[], metavar="PATH",
@@ -159,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
                                      "written by benchmarks/gpu_check.py --study, or folders of them")
     report_parser = commands.add_parser("report", help="write the study's tables, figure and summaries from "
                                                        "reports/study/")
+    report_parser.set_defaults(handle=_report)
     report_parser.add_argument("--study", type=Path, default=Path("reports/study"))
     report_parser.add_argument("--markdown", type=Path, default=Path("reports/study.md"))
     report_parser.add_argument("--figure", type=Path, default=Path("reports/study.png"))
@@ -166,62 +172,81 @@ def main(argv: list[str] | None = None) -> None:
     report_parser.add_argument("--readme", default="README.md",
                                help="whose study table (between its markers) to rewrite; --readme '' for none")
     resume_parser = commands.add_parser("resume-files", help="list the resume files of interrupted runs; prune old ones")
+    resume_parser.set_defaults(handle=_resume_files)
     resume_parser.add_argument("--dir", default=".resume",
                                help=f"the resume folder (default: ${RESUME_ENV}, else .resume in the repository)")
     resume_parser.add_argument("--prune-older-than", type=float, metavar="DAYS",
                                help="remove the files written more than DAYS days ago")
     register_parser = commands.add_parser("register", help="register the study's rules: a draft, its history "
                                                            "read from git, written once")
+    register_parser.set_defaults(handle=_register)
     register_parser.add_argument("draft", type=Path, nargs="?", help="the rules (the last registration, edited)")
     register_parser.add_argument("--out", type=Path, help="reports/study/registration-<n>.yaml")
     register_parser.add_argument("--seal", type=Path, metavar="FILE",
                                  help="record in sealed.tsv the commit that added FILE (commit it first, alone)")
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        if args.jobs < 1:
-            raise StudyError(f"--jobs {args.jobs}: expected at least one queue worker")
-        models, seeds = _which(args, args.max_runs, f"--max-runs {args.max_runs}; pass --max-runs {{asked}} to queue "
-                                                    "them (an over-long queue: `dvc queue remove --queued` empties it)")
-        if args.slurm:
-            overrides = {"partition": args.partition, "time": args.time, "cpus_per_task": args.cpus_per_task,
-                         "gpus": args.gpus, "mem": args.mem, "venv": args.venv, "scratch": args.scratch,
-                         "remote": args.remote}
-            run_slurm(Path("."), models, seeds, args.steps_scale, load_settings(args.slurm_config, overrides),
-                      held_runs(Path("."), Path("reports/study"), args.steps_scale))
-        else:
-            run(models, seeds, args.steps_scale, args.wait, jobs=args.jobs)
-    elif args.command == "status":
-        if args.study.exists() and not args.study.is_dir():
-            raise StudyError(f"--study {args.study}: not a folder; expected the study's folder (reports/study)")
-        models, seeds = _which(args, STATUS_RUNS, f"status lists ({STATUS_RUNS:,})")
-        for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale,
-                                 resume_dir=resume_folder(args.resume_dir)):
-            print(line)
-    elif args.command == "register":
-        if args.seal is not None:
-            commit = seal(Path("."), args.seal)
-            print(f"sealed {args.seal}: registered by {commit}; commit {args.seal.parent / SEALED}")
-        elif args.draft is None or args.out is None:
-            raise StudyError("register: expected DRAFT --out FILE (write a registration) or --seal FILE")
-        else:
-            registered = write_registration(args.draft, args.out)
-            print(f"wrote {args.out} (sha256 {registered.sha256}); commit it alone, then seal it with "
-                  f"`python -m rnnlm.study register --seal {args.out}`")
-    elif args.command == "resume-files":
-        for line in resume_files(resume_folder(args.dir), args.prune_older_than):
-            print(line)
-    elif args.command == "collect":
-        try:
-            said = collect(args.repo, args.out, archive_paths(args.archives))
-        except CollectFailed as failed:  # the runs that passed are collected; each that failed is one line
-            print("\n".join(failed.said), flush=True)
-            raise
-        for line in said:
-            print(line)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.jobs < 1:
+        raise StudyError(f"--jobs {args.jobs}: expected at least one queue worker")
+    models, seeds = _which(args, args.max_runs, f"--max-runs {args.max_runs}; pass --max-runs {{asked}} to queue "
+                                                "them (an over-long queue: `dvc queue remove --queued` empties it)")
+    if args.slurm:
+        overrides = {"partition": args.partition, "time": args.time, "cpus_per_task": args.cpus_per_task,
+                     "gpus": args.gpus, "mem": args.mem, "venv": args.venv, "scratch": args.scratch,
+                     "remote": args.remote}
+        run_slurm(Path("."), models, seeds, args.steps_scale, load_settings(args.slurm_config, overrides),
+                  held_runs(Path("."), Path("reports/study"), args.steps_scale))
     else:
-        before = read_findings(args.study / "findings.json")
-        runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)
-        print(f"wrote {args.markdown} and {args.figure}: {sum(not r.quick for r in runs)} full-scale runs, "
-              f"{sum(r.quick for r in runs)} quick runs")
-        for line in verdicts_moved(before, read_findings(args.study / "findings.json")):
-            print(line)
+        run(models, seeds, args.steps_scale, args.wait, jobs=args.jobs)
+
+
+def _status(args: argparse.Namespace) -> None:
+    if args.study.exists() and not args.study.is_dir():
+        raise StudyError(f"--study {args.study}: not a folder; expected the study's folder (reports/study)")
+    models, seeds = _which(args, STATUS_RUNS, f"status lists ({STATUS_RUNS:,})")
+    for line in status_lines(Path("."), args.study, models, seeds, args.steps_scale,
+                             resume_dir=resume_folder(args.resume_dir)):
+        print(line)
+
+
+def _register(args: argparse.Namespace) -> None:
+    if args.seal is not None:
+        commit = seal(Path("."), args.seal)
+        print(f"sealed {args.seal}: registered by {commit}; commit {args.seal.parent / SEALED}")
+    elif args.draft is None or args.out is None:
+        raise StudyError("register: expected DRAFT --out FILE (write a registration) or --seal FILE")
+    else:
+        registered = write_registration(args.draft, args.out)
+        print(f"wrote {args.out} (sha256 {registered.sha256}); commit it alone, then seal it with "
+              f"`python -m rnnlm.study register --seal {args.out}`")
+
+
+def _resume_files(args: argparse.Namespace) -> None:
+    for line in resume_files(resume_folder(args.dir), args.prune_older_than):
+        print(line)
+
+
+def _collect(args: argparse.Namespace) -> None:
+    try:
+        said = collect(args.repo, args.out, archive_paths(args.archives))
+    except CollectFailed as failed:  # the runs that passed are collected; each that failed is one line
+        print("\n".join(failed.said), flush=True)
+        raise
+    for line in said:
+        print(line)
+
+
+def _report(args: argparse.Namespace) -> None:
+    before = read_findings(args.study / "findings.json")
+    runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)
+    print(f"wrote {args.markdown} and {args.figure}: {sum(not r.quick for r in runs)} full-scale runs, "
+          f"{sum(r.quick for r in runs)} quick runs")
+    for line in verdicts_moved(before, read_findings(args.study / "findings.json")):
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    args.handle(args)

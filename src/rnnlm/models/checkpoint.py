@@ -121,22 +121,7 @@ def load_checkpoint(
     `model_name`: the name of the model it must be a checkpoint of.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is another format
-        raise CheckpointError(f"{path}: not an rnnlm checkpoint (not a complete PyTorch archive: truncated, or another "
-                              f"format; expected a file that the train stage wrote)")
-    try:
-        raw = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # noqa: BLE001 - torch.load fails on damaged or foreign archives in many ways
-        # PyTorch's own message may advise loading with weights_only=False, which can run arbitrary
-        # code: it is not repeated here.
-        raise CheckpointError(f"{path}: not an rnnlm checkpoint (a PyTorch archive that cannot be read as plain "
-                              f"tensors: damaged, or written by other code)") from error
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not an rnnlm checkpoint (no '{FORMAT}' marker)")
-    if raw.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {raw.get('version')!r}; this code reads version {VERSION}")
+    raw = _read_archive(path, map_location)
     try:
         checkpoint = Checkpoint(
             model_name=raw["model_name"],
@@ -156,11 +141,41 @@ def load_checkpoint(
             f"{path}: a checkpoint of model {checkpoint.model_name!r}, expected {model_name!r}"
         )
     _check_weights(path, checkpoint)
+    _check_tokenizer(path, checkpoint, raw.get("tokenizer_identity"), tokenizer)
+    return checkpoint
+
+
+def _read_archive(path: Path, map_location: str | torch.device) -> dict[str, Any]:
+    """The dictionary a train stage saved at `path`, read as plain tensors, of this code's format and
+    version; else a CheckpointError naming what the file is instead."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is another format
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (not a complete PyTorch archive: truncated, or another "
+                              f"format; expected a file that the train stage wrote)")
+    try:
+        raw = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch.load fails on damaged or foreign archives in many ways
+        # PyTorch's own message may advise loading with weights_only=False, which can run arbitrary
+        # code: it is not repeated here.
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (a PyTorch archive that cannot be read as plain "
+                              f"tensors: damaged, or written by other code)") from error
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an rnnlm checkpoint (no '{FORMAT}' marker)")
+    if raw.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {raw.get('version')!r}; this code reads version {VERSION}")
+    return raw
+
+
+def _check_tokenizer(path: Path, checkpoint: Checkpoint, trained_with: object,
+                     at_hand: dict[str, Any] | None) -> None:
+    """The checkpoint's embedded tokenizer rebuilds, is the one its model was trained with
+    (`trained_with`: the identity the train stage recorded beside it), has the model's vocabulary,
+    and, when `at_hand` is given, is that one."""
     try:
         recorded = checkpoint.tokenizer().identity
     except RnnlmError as error:
         raise CheckpointError(f"{path}: its tokenizer cannot be rebuilt ({error})") from error
-    trained_with = raw.get("tokenizer_identity")
     if not isinstance(trained_with, dict):  # every train stage since the identity was recorded writes it
         raise CheckpointError(f"{path}: it does not record which tokenizer the model was trained with, so the one "
                               "it embeds cannot be checked; expected a checkpoint the train stage wrote (retrain "
@@ -173,11 +188,10 @@ def load_checkpoint(
         raise CheckpointError(f"{path}: its tokenizer has {recorded['vocab_size']:,} tokens but the model "
                               f"{checkpoint.model_config.vocab_size:,}; expected the checkpoint as the train stage "
                               f"wrote it")
-    if tokenizer is not None and recorded != dict(tokenizer):
+    if at_hand is not None and recorded != dict(at_hand):
         raise CheckpointError(
-            f"{path}: trained with tokenizer {_describe(recorded)}, but the tokenizer at hand is {_describe(tokenizer)}"
+            f"{path}: trained with tokenizer {_describe(recorded)}, but the tokenizer at hand is {_describe(at_hand)}"
         )
-    return checkpoint
 
 
 def _check_weights(path: Path, checkpoint: Checkpoint) -> None:

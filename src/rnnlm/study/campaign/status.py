@@ -24,6 +24,7 @@ import json
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -133,12 +134,20 @@ class _Known:
     remote: str
     finished: set[tuple[str, int]]  # experiments here
     local: QueueState | None  # DVC's queue
-    queue: dict[str, Task]  # its entries by name (`QueueState.by_name`)
-    in_line: list[str]  # the names queued, in the order its worker takes them
     pushed: set[str]  # experiment names on the remote
     slurm: dict[str, tuple[str, str]]  # name -> (state, when)
     saved: dict[tuple[str, int], ResumeHeader]  # resume files
     live: dict[tuple[str, int, float], str]  # live figures of the runs training now
+
+    @cached_property
+    def queue(self) -> dict[str, Task]:
+        """DVC's queue entries by name (`QueueState.by_name`)."""
+        return self.local.by_name() if self.local is not None else {}
+
+    @cached_property
+    def in_line(self) -> list[str]:
+        """The names queued, in the order its worker takes them."""
+        return self.local.in_line() if self.local is not None else []
 
 
 @dataclass(frozen=True)
@@ -195,8 +204,7 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
     them."""
     local = _local_queue(repo)
     known = _Known(study_dir, steps_scale, remote,
-                   {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale},
-                   local, local.by_name() if local is not None else {}, local.in_line() if local is not None else [],
+                   {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}, local,
                    _pushed(repo, remote), slurm_states(repo), _resume_files(resume_dir, steps_scale), _live(repo))
     width = max([len("model"), *map(len, models)])
     lines, dead, to_continue = [f"{'model':<{width}} {'seed':>6}  state"], [], []

@@ -53,6 +53,59 @@ def _styles(by_model: dict[str, list[StudyRun]], palette: list) -> dict[str, dic
     return styles
 
 
+def _bars_panel(axes, ordered: list[str], by_model: dict[str, list[StudyRun]], summary: pd.DataFrame) -> None:
+    """Stateful and stateless bits per character per model, with their intervals, and the bigram floor."""
+    stats = summary.set_index(["model", "figure"])
+
+    def column(figure: str, key: str) -> list[float]:
+        return [float(stats.loc[(m, figure), key]) for m in ordered]
+
+    x = range(len(ordered))
+    for offset, figure, label in ((-0.2, "stateful_bpc", "stateful"), (0.2, "stateless_bpc", "stateless")):
+        axes.bar([i + offset for i in x], column(figure, "mean"), width=0.4, label=label,
+                 yerr=column(figure, "half_width"), capsize=3)
+    axes.scatter(list(x), column("bigram_bpc", "mean"), marker="_", s=900, color="black", zorder=3,
+                 label="bigram floor")
+    axes.set_xticks(list(x), [f"{m}\n(n = {len(by_model[m])})" for m in ordered], fontsize=7, rotation=30)
+    axes.set_ylabel("bits per character (validation), 95% interval over seeds")
+    axes.legend()
+
+
+def _reset_panel(axes, by_model: dict[str, list[StudyRun]], styles: dict[str, dict[str, object]]) -> None:
+    """Each model's state-reset curve (mean over seeds, its band); "never" drawn one doubling past the largest k."""
+    for model, runs in by_model.items():
+        reset = [_reset_curve(r) for r in runs]
+        keys = sorted({k for c in reset for k in c if k != "never"}, key=int)
+        keys += ["never"] if any("never" in c for c in reset) else []
+        finite = [int(k) for k in keys if k != "never"]
+        points = [*finite, 2 * max(finite, default=1)][: len(keys)]
+        mean, low, high = _mean_and_band(reset, keys)
+        axes.plot(points, mean, marker="o", ms=3, label=model, **styles[model])
+        axes.fill_between(points, low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("state reset every k tokens (the last point: never)")
+    axes.set_ylabel("bits per character")
+    axes.legend(fontsize=6)
+
+
+def _context_panel(axes, by_model: dict[str, list[StudyRun]], styles: dict[str, dict[str, object]]) -> None:
+    """Each model's context curve as % above its carried state (mean over seeds, its band); models
+    without one are left out."""
+    for model, runs in by_model.items():
+        excess = [e for e in (_context_excess(r) for r in runs) if e]
+        if not excess:
+            continue
+        keys = sorted({k for e in excess for k in e}, key=int)
+        mean, low, high = _mean_and_band(excess, keys)
+        axes.plot([int(k) for k in keys], mean, marker="o", ms=3, label=model, **styles[model])
+        axes.fill_between([int(k) for k in keys], low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("tokens of context c (fixed targets, zero state before them)")
+    axes.set_ylabel("% above the carried state")
+    if axes.lines:
+        axes.legend(fontsize=6)
+
+
 def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> None:
     """Draw the figure of `runs` (in the study's order) into `path` (a PNG, whatever its name ends with)."""
     import matplotlib
@@ -63,48 +116,11 @@ def write_figure(runs: list[StudyRun], summary: pd.DataFrame, path: Path) -> Non
     full = [r for r in runs if not r.quick]
     ordered = list(dict.fromkeys(r.model for r in full))  # `runs` come in the study's order
     by_model = {m: [r for r in full if r.model == m] for m in ordered}
-    stats = summary.set_index(["model", "figure"])
     styles = _styles(by_model, list(plt.get_cmap("tab20" if len(ordered) > 10 else "tab10").colors))
-
-    def column(figure: str, key: str) -> list[float]:
-        return [float(stats.loc[(m, figure), key]) for m in ordered]
-
     fig, (bars, curves, contexts) = plt.subplots(1, 3, figsize=(20, 5.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
-    x = range(len(ordered))
-    for offset, figure, label in ((-0.2, "stateful_bpc", "stateful"), (0.2, "stateless_bpc", "stateless")):
-        bars.bar([i + offset for i in x], column(figure, "mean"), width=0.4, label=label,
-                 yerr=column(figure, "half_width"), capsize=3)
-    bars.scatter(list(x), column("bigram_bpc", "mean"), marker="_", s=900, color="black", zorder=3,
-                 label="bigram floor")
-    bars.set_xticks(list(x), [f"{m}\n(n = {len(by_model[m])})" for m in ordered], fontsize=7, rotation=30)
-    bars.set_ylabel("bits per character (validation), 95% interval over seeds")
-    bars.legend()
-    for model in ordered:
-        reset = [_reset_curve(r) for r in by_model[model]]
-        keys = sorted({k for c in reset for k in c if k != "never"}, key=int)
-        keys += ["never"] if any("never" in c for c in reset) else []
-        finite = [int(k) for k in keys if k != "never"]
-        points = [*finite, 2 * max(finite, default=1)][: len(keys)]  # "never" one doubling past the largest k
-        mean, low, high = _mean_and_band(reset, keys)
-        curves.plot(points, mean, marker="o", ms=3, label=model, **styles[model])
-        curves.fill_between(points, low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
-    curves.set_xscale("log", base=2)
-    curves.set_xlabel("state reset every k tokens (the last point: never)")
-    curves.set_ylabel("bits per character")
-    curves.legend(fontsize=6)
-    for model in ordered:
-        excess = [e for e in (_context_excess(r) for r in by_model[model]) if e]
-        if not excess:
-            continue
-        keys = sorted({k for e in excess for k in e}, key=int)
-        mean, low, high = _mean_and_band(excess, keys)
-        contexts.plot([int(k) for k in keys], mean, marker="o", ms=3, label=model, **styles[model])
-        contexts.fill_between([int(k) for k in keys], low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
-    contexts.set_xscale("log", base=2)
-    contexts.set_xlabel("tokens of context c (fixed targets, zero state before them)")
-    contexts.set_ylabel("% above the carried state")
-    if contexts.lines:
-        contexts.legend(fontsize=6)
+    _bars_panel(bars, ordered, by_model, summary)
+    _reset_panel(curves, by_model, styles)
+    _context_panel(contexts, by_model, styles)
     fig.suptitle("Stateless vs stateful over seeds: each model against the bigram floor, its state-reset curve and "
                  "its context curve (bands and bars: 95% intervals)")
     fig.tight_layout()

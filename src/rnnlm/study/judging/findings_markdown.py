@@ -180,57 +180,74 @@ def _deviation(passes: list[Pass], registration: Registration) -> list[str]:
 
 
 def findings_markdown(passes: list[Pass], registration: Registration, registered_by: str | None) -> list[str]:
-    """The Findings section of reports/study.md, as lines."""
-    level = registration.level
+    """The Findings section of reports/study.md, as lines: how claims are judged, then one section per claim."""
+    lines = ["## Findings", "", *_method(passes, registration, registered_by)]
+    for i in range(len(passes[0].findings)):
+        lines += _claim_section([p.findings[i] for p in passes], passes, registration)
+    return lines
+
+
+def _method(passes: list[Pass], registration: Registration, registered_by: str | None) -> list[str]:
+    """The paragraphs that say how every claim is judged: the registration, the two passes, the tests."""
     commit = f"commit {registered_by[:7]}" if registered_by else "not committed"
-    lines = ["## Findings", "",
-             f"Each claim of the study is judged by the rules registered in `{registration.path.name}` (beside the run",
-             f"folders; sha256 `{registration.sha256[:16]}…`, {commit}, {registration.date}): its question, its logical",
-             "form, every rule's edge and unit, the sensitivity grid, the tests and the family-wise level. Each claim is",
-             "judged twice. *Exploratory*: every run collected; most rules were set with some of those runs in view",
-             "(each claim says when). *Confirmatory*: only the seeds the registration names "
-             f"({', '.join(str(s) for s in registration.seeds)}), trained",
-             "on code that descends from the registering commit; a row is judged once each of its models has "
-             f"{registration.at_least} such seeds. The exploratory pass pools every run, the confirmatory seeds",
-             "included, so the two passes share those runs and are not independent: the confirmatory pass alone",
-             "tests the registered rules on data they were not set beside.", "",
-             *_deviation(passes, registration),
-             "Every comparison has a 95% interval over seeds (Student's t over one model's seeds, paired per run when",
-             "both figures come from the same weights, Welch's between two models), the one-sided p of the claimed",
-             "direction and the deciding p: its directional test after Holm's step-down over the claim's rows (a",
-             f"family-wise error of {level:g} per claim and pass); the verdict is *supported* or *contradicted* when that",
-             "p is at most the level, by the side the interval clears, else *inconclusive at n = k*. Beside it, an exact",
-             "test (sign flips for one model or a paired figure, permutations of runs between two models) decided the",
-             "same way; *t only* marks a verdict the exact test does not reach. Where the runs carry their validation",
-             "blocks, a second interval resamples the seeds and the text together. A claim's verdict follows its form:",
-             "*all* (one contradicted row contradicts it), *any*, or *list* (separate statements; the only form that may",
-             "read *mixed*). The sensitivity tables give the verdicts at the other edges of each registered grid.", ""]
-    for i, first in enumerate(passes[0].findings):
-        claim = first.registered
-        lines += [f"### {first.number}. {claim.text}", "",
-                  " ".join(_verdict_line(p.findings[i], p) for p in passes), "",
-                  f"Question: {claim.question} Form: *{claim.form}*: {claim.why_form} Rules: "
-                  + "; ".join(f"{r.figure} {('above ' if r.kind == 'above' else 'within ±')}{r.edge:g} "
-                              f"{UNITS.get(r.unit, r.unit)} ({r.why})" for r in claim.rules.values())
-                  + f". History: {history_note(registration, first.number)}.", ""]
-        for one_pass in passes:
-            finding = one_pass.findings[i]
-            lines += [f"**{one_pass.name.capitalize()}.**"
-                      + (f" {one_pass.note}" if one_pass.note else ""), ""]
-            if finding.comparisons:
-                lines += [*comparison_table(finding, level), ""]
-                summary = _rows_by_verdict(finding)
-                if summary:
-                    lines += [f"Rows — {summary}.", ""]
-                lines += sensitivity_table(finding)
-            if finding.waiting:
-                lines += [f"Not judged in this pass: {_waiting(finding)}.", ""]
-            if one_pass.name != CONFIRMATORY or finding.comparisons:
-                if len(finding.judged.table) > 2:
-                    lines += [*finding.judged.table, ""]
-                lines += [*finding.judged.extra]
-                if finding.judged.insight:
-                    lines += [finding.judged.insight, ""]
+    return [f"Each claim of the study is judged by the rules registered in `{registration.path.name}` (beside the run",
+            f"folders; sha256 `{registration.sha256[:16]}…`, {commit}, {registration.date}): its question, its logical",
+            "form, every rule's edge and unit, the sensitivity grid, the tests and the family-wise level. Each claim is",
+            "judged twice. *Exploratory*: every run collected; most rules were set with some of those runs in view",
+            "(each claim says when). *Confirmatory*: only the seeds the registration names "
+            f"({', '.join(str(s) for s in registration.seeds)}), trained",
+            "on code that descends from the registering commit; a row is judged once each of its models has "
+            f"{registration.at_least} such seeds. The exploratory pass pools every run, the confirmatory seeds",
+            "included, so the two passes share those runs and are not independent: the confirmatory pass alone",
+            "tests the registered rules on data they were not set beside.", "",
+            *_deviation(passes, registration),
+            "Every comparison has a 95% interval over seeds (Student's t over one model's seeds, paired per run when",
+            "both figures come from the same weights, Welch's between two models), the one-sided p of the claimed",
+            "direction and the deciding p: its directional test after Holm's step-down over the claim's rows (a",
+            f"family-wise error of {registration.level:g} per claim and pass); the verdict is *supported* or "
+            "*contradicted* when that",
+            "p is at most the level, by the side the interval clears, else *inconclusive at n = k*. Beside it, an exact",
+            "test (sign flips for one model or a paired figure, permutations of runs between two models) decided the",
+            "same way; *t only* marks a verdict the exact test does not reach. Where the runs carry their validation",
+            "blocks, a second interval resamples the seeds and the text together. A claim's verdict follows its form:",
+            "*all* (one contradicted row contradicts it), *any*, or *list* (separate statements; the only form that may",
+            "read *mixed*). The sensitivity tables give the verdicts at the other edges of each registered grid.", ""]
+
+
+def _claim_section(findings: list[Finding], passes: list[Pass], registration: Registration) -> list[str]:
+    """One claim's section: its words, its verdict in each pass, its question, form, rules and history,
+    then what each pass found (`findings[k]` is the claim in `passes[k]`)."""
+    first, claim = findings[0], findings[0].registered
+    rules = "; ".join(f"{r.figure} {('above ' if r.kind == 'above' else 'within ±')}{r.edge:g} "
+                      f"{UNITS.get(r.unit, r.unit)} ({r.why})" for r in claim.rules.values())
+    lines = [f"### {first.number}. {claim.text}", "",
+             " ".join(_verdict_line(f, p) for f, p in zip(findings, passes)), "",
+             f"Question: {claim.question} Form: *{claim.form}*: {claim.why_form} Rules: {rules}. "
+             f"History: {history_note(registration, first.number)}.", ""]
+    for finding, one_pass in zip(findings, passes):
+        lines += _pass_section(finding, one_pass, registration.level)
+    return lines
+
+
+def _pass_section(finding: Finding, one_pass: Pass, level: float) -> list[str]:
+    """What one pass found for one claim: its comparisons and their verdicts by row, the sensitivity
+    table, the rows it waits for, and the claim's own figures (the confirmatory pass shows them only
+    once it has judged a row)."""
+    lines = [f"**{one_pass.name.capitalize()}.**" + (f" {one_pass.note}" if one_pass.note else ""), ""]
+    if finding.comparisons:
+        lines += [*comparison_table(finding, level), ""]
+        summary = _rows_by_verdict(finding)
+        if summary:
+            lines += [f"Rows — {summary}.", ""]
+        lines += sensitivity_table(finding)
+    if finding.waiting:
+        lines += [f"Not judged in this pass: {_waiting(finding)}.", ""]
+    if one_pass.name != CONFIRMATORY or finding.comparisons:
+        if len(finding.judged.table) > 2:
+            lines += [*finding.judged.table, ""]
+        lines += [*finding.judged.extra]
+        if finding.judged.insight:
+            lines += [finding.judged.insight, ""]
     return lines
 
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from rnnlm.reporting.markdown import table_head
 from rnnlm.study.judging.evidence import Comparison, Evidence, between, families, grus, paired, rounded, single, span
-from rnnlm.study.judging.logged_curves import curve_comparison, one_batch_noise, prediction_range, study_logs
+from rnnlm.study.judging.logged_curves import (OneBatchNoise, curve_comparison, one_batch_noise, prediction_range,
+                                              study_logs)
 from rnnlm.study.registration import RegisteredClaim
 from rnnlm.study.judging.rules import Above, Rule, Within
 from rnnlm.study.judging.stats import t_interval
@@ -52,6 +55,8 @@ Judge = Callable[[Evidence, RegisteredClaim], Judgement]
 # ----- claim 1 ------------------------------------------------------------------------------------
 
 def judge_bigram(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
+    """Claim 1: per GRU model, its stateless bits per character minus its count bigram's (one row per
+    model, each against `not_below_bigram`), with the table of both beside the stateful score."""
     above = rule(registered, "not_below_bigram")
     comparisons = [single(evidence, m, "stateless_minus_bigram_bpc", f"{m}: stateless − bigram", above,
                           "not_below_bigram") for m in grus(evidence)]
@@ -71,6 +76,8 @@ def judge_bigram(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
 # ----- claim 2 ------------------------------------------------------------------------------------
 
 def judge_capacity(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
+    """Claim 2: within each tokenization, each model's gap against the next smaller one's (Welch, against
+    `gap_growth`), with every model's scores and context horizon."""
     growth = rule(registered, "gap_growth")
     comparisons, notes = [], []
     table = table_head(["model", "n", "parameters", "stateful (bits/char)", "stateless (bits/char)",
@@ -111,6 +118,8 @@ def reading_ratios(evidence: Evidence, scribe: str, astra: str) -> tuple[float, 
 
 
 def judge_subwords(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
+    """Claim 3: each Scribe model's gap per character against its Astra sibling's of the same sizes
+    (against `gap_growth`), with the per-token view and how much text each read."""
     growth = rule(registered, "gap_growth")
     pairs = subword_pairs(evidence)
     table = table_head(["model", "n", "characters per token", "gap (nats per token)", "gap (bits/char)",
@@ -142,6 +151,8 @@ def judge_subwords(evidence: Evidence, registered: RegisteredClaim) -> Judgement
 # ----- claim 4 ------------------------------------------------------------------------------------
 
 def judge_first_epoch(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
+    """Claim 4: per model, each run's last stateless score minus its own epoch-1 stateful score (paired,
+    against `first_epoch_wins`); models whose runs did not keep epoch 1's weights are named as missing."""
     wins = rule(registered, "first_epoch_wins")
     comparisons, missing = [], []
     table = table_head(["model", "n", "stateful after epoch 1 (bits/char)", "stateless after the last epoch "
@@ -172,6 +183,8 @@ def judge_first_epoch(evidence: Evidence, registered: RegisteredClaim) -> Judgem
 # ----- claim 5 ------------------------------------------------------------------------------------
 
 def judge_leviathan(evidence: Evidence, registered: RegisteredClaim, model: str = "leviathan") -> Judgement:
+    """Claim 5: `model`'s best validation loss after epoch 3 minus its best in epochs 1-3 (`best_early`)
+    and its last minus its best (`overfits`), each per run."""
     if model not in set(evidence.frame["model"]):
         return Judgement([], f"No full-scale {model} run collected yet.")
     comparisons = [
@@ -190,32 +203,57 @@ def judge_leviathan(evidence: Evidence, registered: RegisteredClaim, model: str 
 
 # ----- claim 6 ------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _AgainstTheStudy:
+    """One model's validation curve against the study's logged one, and its prediction for the study's
+    headline figure: the comparison, its rows of the two tables and their machine-readable records."""
+
+    comparison: Comparison
+    curve_row: str
+    check_row: str
+    curve: dict[str, object]
+    prediction: dict[str, object]
+
+
+def _against_the_study(evidence: Evidence, model: str, which: str, theirs: float, logs: pd.DataFrame,
+                       noise: OneBatchNoise, band: Rule) -> _AgainstTheStudy:
+    """`model`'s seed-mean curve against the study's log (`logs`) over the epochs it logged, judged by
+    `band`, and the range where the study's one-batch estimator of its `which` ("last" or "best")
+    would land on a new seed of ours (`noise`: that estimator's spread), holding `theirs` against it."""
+    logged = logs[logs["model"] == model]
+    interval, per_seed = curve_comparison(evidence, model, logs, noise)
+    label = f"{model}: the study − ours, epochs {logged['epoch'].min()}–{logged['epoch'].max()} (mean over epochs)"
+    comparison = Comparison(label, interval, band, "agrees", (model,), (per_seed,), None, kind="band",
+                            note="" if interval.n > 1 else "one seed of ours: no seed spread")
+    curve_row = (f"| {model} | {len(logged)} | {interval.n} | {interval.estimate:+.3f} | "
+                 f"{'—' if interval.one_run else f'{interval.half_width:.3f}'} |")
+    curve = {"epochs": len(logged), "seeds": interval.n, "mean_difference": rounded(interval.estimate),
+             "half_width": None if interval.one_run else rounded(interval.half_width)}
+    predicted = prediction_range(evidence, model, which, len(logged), noise)
+    inside = predicted is not None and predicted[0] <= theirs <= predicted[1]
+    ranged = "—" if predicted is None else f"{predicted[0]:.3f} to {predicted[1]:.3f}"
+    check_row = f"| {model} | {which} {theirs:.2f} | {ranged} | {'yes' if inside else 'no' if predicted else '—'} |"
+    prediction = {"which": which, "the_study": theirs, "inside": inside if predicted else None,
+                  "low": None if predicted is None else rounded(predicted[0]),
+                  "high": None if predicted is None else rounded(predicted[1])}
+    return _AgainstTheStudy(comparison, curve_row, check_row, curve, prediction)
+
+
 def judge_study_losses(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
+    """Claim 6: for each model the study gives a validation loss for, our seed-mean curve against the
+    study's logged one-batch curve (within `agrees`), and the study's headline figure checked as a
+    prediction of its own estimator on a new seed of ours."""
     band = rule(registered, "agrees")
     noise, logs = one_batch_noise(evidence), study_logs()
     if noise is None:
         return Judgement([], "Too few runs record the study's one-batch estimator to measure its noise.")
-    comparisons, curve_rows, checks, record = [], [], [], {"one_batch_noise": {
-        "mean": rounded(noise.mean), "sd": rounded(noise.sd), "epochs": noise.count}, "curves": {}, "predictions": {}}
-    for model, (which, theirs) in STUDY_VAL_LOSS.items():
-        if model not in set(evidence.frame["model"]):
-            continue
-        logged = logs[logs["model"] == model]
-        interval, per_seed = curve_comparison(evidence, model, logs, noise)
-        label = f"{model}: the study − ours, epochs {logged['epoch'].min()}–{logged['epoch'].max()} (mean over epochs)"
-        comparisons.append(Comparison(label, interval, band, "agrees", (model,), (per_seed,), None, kind="band",
-                                      note="" if interval.n > 1 else "one seed of ours: no seed spread"))
-        curve_rows.append(f"| {model} | {len(logged)} | {interval.n} | {interval.estimate:+.3f} | "
-                          f"{'—' if interval.one_run else f'{interval.half_width:.3f}'} |")
-        record["curves"][model] = {"epochs": len(logged), "seeds": interval.n, "mean_difference": rounded(
-            interval.estimate), "half_width": None if interval.one_run else rounded(interval.half_width)}
-        predicted = prediction_range(evidence, model, which, len(logged), noise)
-        inside = predicted is not None and predicted[0] <= theirs <= predicted[1]
-        ranged = "—" if predicted is None else f"{predicted[0]:.3f} to {predicted[1]:.3f}"
-        checks.append(f"| {model} | {which} {theirs:.2f} | {ranged} | {'yes' if inside else 'no' if predicted else '—'} |")
-        record["predictions"][model] = {"which": which, "the_study": theirs, "inside": inside if predicted else None,
-                                        "low": None if predicted is None else rounded(predicted[0]),
-                                        "high": None if predicted is None else rounded(predicted[1])}
+    found = {model: _against_the_study(evidence, model, which, theirs, logs, noise, band)
+             for model, (which, theirs) in STUDY_VAL_LOSS.items() if model in set(evidence.frame["model"])}
+    comparisons = [f.comparison for f in found.values()]
+    curve_rows, checks = [f.curve_row for f in found.values()], [f.check_row for f in found.values()]
+    record = {"one_batch_noise": {"mean": rounded(noise.mean), "sd": rounded(noise.sd), "epochs": noise.count},
+              "curves": {m: f.curve for m, f in found.items()},
+              "predictions": {m: f.prediction for m, f in found.items()}}
     extra = ["Our seed-mean validation curve on the whole split against the study's logged curve (one random batch "
              "per epoch), the difference averaged over the epochs the study logged:", "",
              *table_head(["model", "epochs the study logged", "our seeds", "the study − ours, mean (nats/char)",
@@ -247,6 +285,8 @@ def carried_pairs(evidence: Evidence) -> list[tuple[str, str]]:
 
 
 def judge_carried(evidence: Evidence, registered: RegisteredClaim) -> Judgement:
+    """Claim 7: each model trained with the state carried against its reset twin: its stateful score
+    (`stateful_gain`) and its gap (`gap_growth`), with both models' scores and context curves."""
     pairs = carried_pairs(evidence)
     comparisons = []
     table = table_head(["model", "training", "n", "stateful (bits/char)", "stateless (bits/char)", "gap (bits/char)",

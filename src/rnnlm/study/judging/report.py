@@ -147,6 +147,9 @@ def run_row(run: StudyRun, figures: dict[str, float], base: Path, read_as: str =
 
 def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, reading: Reading,
                 models: list[str], study_dir: Path, markdown: Path, figure_name: str) -> str:
+    """reports/study.md as text: the claims at a glance, the full-scale table of `models`, the findings
+    of both passes, one row per run (full-scale, then quick) and the figure `figure_name`; links are
+    relative to `markdown`'s folder, `study_dir` is named as where the run folders are."""
     base = markdown.parent
     full = [r for r in runs if not r.quick]
     quick = [r for r in runs if r.quick]

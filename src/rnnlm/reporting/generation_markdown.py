@@ -45,17 +45,16 @@ def _tokens(c: int | None) -> str:
 
 
 def measures_markdown(metrics: dict[str, Any]) -> list[str]:
-    """The evaluate stage's numbers as Markdown tables."""
-    curve = metrics["reset_curve_bpc"]
-    ngrams = metrics["ngram_bpc"]
-    context = {int(c): v for c, v in metrics["context_curve_bpc"].items()}
-    se = metrics["context_curve_se_bpc"]
-    spans = metrics["context_curve_chars"]
-    horizon, (low, high) = metrics["context_horizon"], metrics["context_horizon_range"]
+    """The evaluate stage's numbers (`metrics`, as metrics.json holds them) as Markdown: the scores of
+    both modes beside the count models, the context curve, the reset curve and the text statistics."""
+    return ["", "## What statefulness is worth", "", *_scores(metrics), "", *_context(metrics), "",
+            *_resets(metrics), "", *_text(metrics)]
+
+
+def _scores(metrics: dict[str, Any]) -> list[str]:
+    """Both modes' bits per character on the validation split beside the count models' (and epoch 1's
+    weights' where the checkpoint kept them), then stateless minus bigram."""
     lines = [
-        "",
-        "## What statefulness is worth",
-        "",
         f"Teacher-forced on the whole validation split ({metrics['val_chars']:,} characters, "
         f"{metrics['val_tokens']:,} predicted tokens), in bits per character (lower is better).",
         "",
@@ -65,45 +64,63 @@ def measures_markdown(metrics: dict[str, Any]) -> list[str]:
         f"| stateless: the state is reset before every token | {_number(metrics['stateless_bpc'])} |",
         f"| bigram count model, the floor for one token of context | {_number(metrics['bigram_bpc'])} |",
     ]
-    lines += [f"| {name} count model | {_number(bpc)} |" for name, bpc in ngrams.items() if name != "bigram"]
+    lines += [f"| {name} count model | {_number(bpc)} |" for name, bpc in metrics["ngram_bpc"].items()
+              if name != "bigram"]
     first = metrics.get("first_epoch")  # absent from checkpoints that did not keep epoch 1's weights
     if first:
         lines += [f"| after epoch 1 only, stateful | {_number(first['stateful_bpc'])} |",
                   f"| after epoch 1 only, stateless | {_number(first['stateless_bpc'])} |"]
-    lines += [
-        "",
-        f"Stateless minus bigram: {_number(metrics['stateless_minus_bigram_bpc'])} bits per character.",
-        "",
+    return [*lines, "", f"Stateless minus bigram: {_number(metrics['stateless_minus_bigram_bpc'])} bits per character."]
+
+
+def _context(metrics: dict[str, Any]) -> list[str]:
+    """The context curve: fixed targets predicted from c tokens of context, against the carried state,
+    and the horizon read from it."""
+    context = {int(c): v for c, v in metrics["context_curve_bpc"].items()}
+    carried = metrics["context_carried_bpc"]
+    horizon, (low, high) = metrics["context_horizon"], metrics["context_horizon_range"]
+    return [
         f"How much context the model uses: {metrics['context_targets']:,} validation targets, each predicted "
         f"from exactly c preceding tokens (a zero state before them), against the same targets with the state "
-        f"carried through the split ({_number(metrics['context_carried_bpc'])} bits per character). Context "
+        f"carried through the split ({_number(carried)} bits per character). Context "
         f"horizon, the smallest c within {metrics['context_horizon_tolerance']:.0%} of the carried state: "
         f"{_tokens(horizon)} (from {_tokens(low)} to {_tokens(high)} within two standard errors).",
         "",
         "| c (tokens of context) | " + " | ".join(str(c) for c in context) + " |",
         "|---|" + "---|" * len(context),
         "| bits per character | " + " | ".join(_number(v) for v in context.values()) + " |",
-        "| over the carried state | " + " | ".join(
-            f"{v / metrics['context_carried_bpc'] - 1:+.1%}" for v in context.values()) + " |",
-        "| standard error | " + " | ".join(_number(v, 4) for v in se.values()) + " |",
-        "| characters spanned | " + " | ".join(f"{v:.1f}" for v in spans.values()) + " |",
-        "",
+        "| over the carried state | " + " | ".join(f"{v / carried - 1:+.1%}" for v in context.values()) + " |",
+        "| standard error | " + " | ".join(_number(v, 4) for v in metrics["context_curve_se_bpc"].values()) + " |",
+        "| characters spanned | " + " | ".join(f"{v:.1f}" for v in metrics["context_curve_chars"].values()) + " |",
+    ]
+
+
+def _resets(metrics: dict[str, Any]) -> list[str]:
+    """The reset curve: bits per character with the state reset every k tokens."""
+    curve = metrics["reset_curve_bpc"]
+    return [
         "State reset every k tokens (what resetting costs: every window pays a warm-up, so this curve "
         "nears the never-reset level like 1/k whatever the model remembers):",
         "",
         "| k | " + " | ".join(curve) + " |",
         "|---|" + "---|" * len(curve),
         "| bits per character | " + " | ".join(_number(v) for v in curve.values()) + " |",
-        "",
+    ]
+
+
+def _text(metrics: dict[str, Any]) -> list[str]:
+    """The text statistics of the samples in each mode beside the validation text's."""
+    text = metrics["text"]
+    lines = [
         "Generated text, averaged over the samples below (the validation split, cut into pieces of the "
         "same length, for reference):",
         "",
         "| | stateless | stateful | validation text |",
         "|---|---|---|---|",
     ]
-    text = metrics["text"]
-    for key, words in text_statistics_labels(list(ngrams)).items():
-        lines.append(f"| {words} | " + " | ".join(_number(text[m].get(key)) for m in ("stateless", "stateful", "validation")) + " |")
+    for key, words in text_statistics_labels(list(metrics["ngram_bpc"])).items():
+        lines.append(f"| {words} | "
+                     + " | ".join(_number(text[m].get(key)) for m in ("stateless", "stateful", "validation")) + " |")
     return lines
 
 

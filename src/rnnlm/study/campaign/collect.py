@@ -36,6 +36,7 @@ import tarfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import yaml
 
@@ -171,6 +172,23 @@ def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
     def refuse(why: str) -> CollectError:
         return CollectError(f"{path}: {why}; expected a <model>-seed-<seed>.tar.gz written by {ARCHIVE_MADE_BY}")
 
+    folder, texts = _archive_files(path, refuse)
+    unknown = set(texts) - set(FOLDER) - {"provenance.json"}
+    missing = {"params.yaml", "train_metrics.json", "metrics.json", "provenance.json"} - set(texts)
+    if unknown or missing:
+        raise refuse(f"{'holds ' + ', '.join(sorted(unknown)) if unknown else 'lacks ' + ', '.join(sorted(missing))}")
+    try:
+        params, train = yaml.safe_load(texts["params.yaml"]), json.loads(texts["train_metrics.json"])
+        record = json.loads(texts.pop("provenance.json"))
+    except (yaml.YAMLError, ValueError) as error:
+        raise refuse(f"a file does not parse ({type(error).__name__})") from None
+    _check_one_run(folder, params, train, record, refuse)
+    return folder, texts, record
+
+
+def _archive_files(path: Path, refuse: Callable[[str], CollectError]) -> tuple[str, dict[str, str]]:
+    """(its one folder, file name -> text) of the archive at `path`, which must hold plain files only,
+    all in one `<model>/seed-<seed>/` folder, all UTF-8; else the error `refuse` makes of why."""
     try:
         with tarfile.open(path, "r:gz") as tar:
             odd = [m.name for m in tar.getmembers() if not (m.isfile() or m.isdir())]
@@ -186,16 +204,13 @@ def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
         raise CollectError(f"{path}: no such file; expected a <model>-seed-<seed>.tar.gz") from None
     except (tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as error:
         raise refuse(f"not a readable gzip'd tar archive ({type(error).__name__})") from None
-    folder = folders.pop()
-    unknown = set(texts) - set(FOLDER) - {"provenance.json"}
-    missing = {"params.yaml", "train_metrics.json", "metrics.json", "provenance.json"} - set(texts)
-    if unknown or missing:
-        raise refuse(f"{'holds ' + ', '.join(sorted(unknown)) if unknown else 'lacks ' + ', '.join(sorted(missing))}")
-    try:
-        params, train = yaml.safe_load(texts["params.yaml"]), json.loads(texts["train_metrics.json"])
-        record = json.loads(texts.pop("provenance.json"))
-    except (yaml.YAMLError, ValueError) as error:
-        raise refuse(f"a file does not parse ({type(error).__name__})") from None
+    return folders.pop(), texts
+
+
+def _check_one_run(folder: str, params: Any, train: Any, record: Any,
+                   refuse: Callable[[str], CollectError]) -> None:
+    """Raise what `refuse` makes unless the archive's params, training metrics and provenance are
+    mappings that name one run (model and seed), the one its `folder` is named for."""
     for name, value in (("params.yaml", params), ("train_metrics.json", train), ("provenance.json", record)):
         if not isinstance(value, dict):
             raise refuse(f"its {name} holds {type(value).__name__}, not a mapping of fields")
@@ -207,7 +222,6 @@ def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
     if folder != f"{model}/{seed_folder_name(seed)}" or train.get("model") != model or record.get("model") != model:
         raise refuse(f"its folder {folder}, params (model {model}, seed {seed}), training metrics and provenance "
                      "do not name one run")
-    return folder, texts, record
 
 
 def archive_paths(paths: list[Path]) -> list[Path]:

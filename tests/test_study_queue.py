@@ -91,6 +91,21 @@ def test_a_worker_that_stopped_taking_runs_gets_no_second_beside_its_run_and_wai
     assert started == [["dvc", "queue", "start", "--jobs", "1"]] and not replies and not busy
 
 
+def test_runs_queued_behind_a_worker_that_takes_runs_start_no_second_worker(monkeypatch, capsys):
+    """A worker training one run and taking the next: what is queued now waits for it in turn, and no
+    second worker starts beside it (two trainings on the same cores)."""
+    monkeypatch.setattr(study_queue.dvc_queue, "read", lambda repo: _state(("alpha-seed1", "Running", True), workers=1))
+    queued = []
+    monkeypatch.setattr(study_queue, "_dvc", lambda command: queued.append(command[5]) or "")
+    monkeypatch.setattr(study_queue, "held_runs", lambda *args: set())
+    started = []
+    monkeypatch.setattr(study_queue.subprocess, "run", lambda command, **kw: started.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    assert study_queue.run(["alpha"], [1, 2], 1.0, wait=False) == [("alpha", 2)]
+    assert queued == ["alpha-seed2"] and started == []
+    assert "a queue worker is already running; it will take these experiments in turn" in capsys.readouterr().out
+
+
 def test_jobs_start_that_many_workers_each_on_its_share_of_the_cores(monkeypatch, capsys):
     """`run --jobs 2` starts two workers whose runs compute on half the cores each (OMP_NUM_THREADS in
     their environment): two runs each with every core wait on each other's threads. A thread count

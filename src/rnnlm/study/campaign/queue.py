@@ -123,27 +123,45 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
         print("queued:", " ".join(command[4:]))
     if not todo:
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
-    if state.taking:  # a second worker would train beside it, on the same cores
-        if todo:
+    _see_to_a_worker(state, bool(todo), wait, jobs)
+    print("Follow it with `python -m rnnlm.study status` or `dvc queue logs NAME` (`dvc queue status` asks the")
+    print("worker, which can stop it: see rnnlm.study.campaign.dvc_queue);")
+    print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
+    if wait:
+        _follow(jobs)
+    return todo
+
+
+def _see_to_a_worker(state: QueueState, queued_now: bool, wait: bool, jobs: int) -> None:
+    """Start `jobs` workers when runs wait (`queued_now`, or left queued in `state`) and no worker
+    takes them; never a second beside one that is taking runs or still training (it would share
+    the same cores): say so instead."""
+    if state.taking:
+        if queued_now:
             print("a queue worker is already running; it will take these experiments in turn")
     elif state.training:  # its worker stopped taking runs: a new one now would train beside its run
         print(f"the queue's worker stopped taking runs (DVC's broker: see rnnlm.study.campaign.dvc_queue); it "
               f"exits when {', '.join(t.name for t in state.tasks if t.alive)} ends, and "
               + ("then this starts one." if wait else "then `dvc queue start` (or this command) starts one."))
-    elif todo or state.queued:  # what was queued now, or left queued by a session that ended
+    elif queued_now or state.queued:
         _start_workers(jobs)
-    print("Follow it with `python -m rnnlm.study status` or `dvc queue logs NAME` (`dvc queue status` asks the")
-    print("worker, which can stop it: see rnnlm.study.campaign.dvc_queue);")
-    print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
-    while wait:
+
+
+FOLLOW_EVERY_S = 30
+"""Seconds between two looks at the queue while `run --wait` follows it."""
+
+
+def _follow(jobs: int) -> None:
+    """Return once nothing in the queue is queued or training; start `jobs` workers again whenever
+    runs wait and the last worker has exited."""
+    while True:
         if not dvc_queue.busy(Path(".")):  # the cheap question first: DVC's reader takes seconds a call
             state = dvc_queue.read(Path("."))
             if not state.training and not state.queued:
-                break
-            if not state.workers and state.queued:  # the last worker stopped and exited: a new one
+                return
+            if not state.workers and state.queued:
                 _start_workers(jobs)
-        time.sleep(30)
-    return todo
+        time.sleep(FOLLOW_EVERY_S)
 
 
 def _start_workers(jobs: int) -> None:

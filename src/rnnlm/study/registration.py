@@ -165,6 +165,23 @@ def _history(raw: Any, where: str) -> dict[int, dict[str, Any]]:
     return history
 
 
+def _claim(number: Any, entry: Any, at: str, history: dict[str, Any]) -> RegisteredClaim:
+    """The registered claim `number` from its `entry` (`at` says where, for errors), with its
+    `history`: a whole number, a known form, its rules and the rows it registers; else
+    RegistrationError naming the field."""
+    if not isinstance(number, int) or isinstance(number, bool):
+        raise RegistrationError(f"{at}: expected claims numbered 1, 2, ...")
+    form = _need(entry, "form", str, at)
+    if form not in FORMS:
+        raise RegistrationError(f"{at}: form {form!r}; expected one of {', '.join(FORMS)}")
+    rules = {name: _rule(name, rule, f"{at}.rules.{name}") for name, rule in _need(entry, "rules", dict, at).items()}
+    rows = entry.get("confirmatory_rows") or []
+    if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
+        raise RegistrationError(f"{at}.confirmatory_rows: {rows!r}; expected a list of rows (models or pairs)")
+    return RegisteredClaim(number, _need(entry, "text", str, at), _need(entry, "question", str, at), form,
+                           _need(entry, "why_form", str, at), rules, tuple(rows), history)
+
+
 def parse_registration(data: bytes, path: Path) -> Registration:
     """The registration whose bytes are `data` (read from `path`, or from git), checked: every field
     of the kind `write_registration` writes, numbers where numbers go, a level in (0, 1); else a
@@ -191,21 +208,8 @@ def parse_registration(data: bytes, path: Path) -> Registration:
         raise RegistrationError(f"{where}: {', '.join(f'{k} {v}' for k, v in counts.items())}; expected whole "
                                 "numbers above 0")
     history = _history(raw.get("history"), where)
-    claims = {}
-    for number, entry in _need(raw, "claims", dict, where).items():
-        at = f"{where}: claims.{number}"
-        if not isinstance(number, int) or isinstance(number, bool):
-            raise RegistrationError(f"{at}: expected claims numbered 1, 2, ...")
-        form = _need(entry, "form", str, at)
-        if form not in FORMS:
-            raise RegistrationError(f"{at}: form {form!r}; expected one of {', '.join(FORMS)}")
-        rules = {name: _rule(name, rule, f"{at}.rules.{name}") for name, rule in _need(entry, "rules", dict, at).items()}
-        rows = entry.get("confirmatory_rows") or []
-        if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
-            raise RegistrationError(f"{at}.confirmatory_rows: {rows!r}; expected a list of rows (models or pairs)")
-        claims[number] = RegisteredClaim(number, _need(entry, "text", str, at), _need(entry, "question", str, at),
-                                         form, _need(entry, "why_form", str, at), rules, tuple(rows),
-                                         history.get(number) or {})
+    claims = {number: _claim(number, entry, f"{where}: claims.{number}", history.get(number) or {})
+              for number, entry in _need(raw, "claims", dict, where).items()}
     return Registration(path, _need(raw, "registration", int, where), str(_need(raw, "date", str, where)),
                         hashlib.sha256(data).hexdigest(), float(level), tuple(seeds), counts["at_least"],
                         counts["block_chars"], counts["replicates"],

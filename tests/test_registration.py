@@ -181,6 +181,8 @@ def _study(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(repo, tmp_path):
     draft = tmp_path / "draft.yaml"
     draft.write_text("registration: 2\nlevel: 0.05\n")
+    unlisted = tmp_path / "unlisted.yaml"
+    unlisted.write_text("registration: 2\nclaims:\n  1: {rule_commits: 54b5d35}\n")
     outside = tmp_path / "registration-1.yaml"
     outside.write_text((STUDY / "registration-1.yaml").read_text())
     for args, message in (
@@ -188,6 +190,8 @@ def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(rep
              "none.yaml: cannot be read (No such file or directory); expected a draft"),
             (["register", str(draft), "--out", "reports/study/registration-2.yaml"],
              "draft.yaml: expected a draft with a mapping of claims and no history"),
+            (["register", str(unlisted), "--out", "reports/study/registration-2.yaml"],
+             "unlisted.yaml: claims.1: expected a mapping whose rule_commits and data_models are lists"),
             (["register", "--seal", str(outside)], "registration-1.yaml: outside the repository")):
         done = _study(*args, cwd=repo)
         assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr

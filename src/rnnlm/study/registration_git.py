@@ -171,6 +171,19 @@ def write_registration(draft: Path, out: Path, repo: Path = Path(".")) -> Regist
     added a run folder of any model its `data_models` name. The draft's other text is kept."""
     if out.exists():
         raise RegistrationError(f"{out}: exists; a registration is never rewritten (write registration-<n+1>.yaml)")
+    text, claims = _read_draft(draft)
+    lines = [text.rstrip("\n"), "", "# Read from git when this file was written (`python -m rnnlm.study register`).",
+             "history:", *_history_lines(repo, claims)]
+    written = "\n".join(lines) + "\n"
+    parse_registration(written.encode(), out)  # refused whole, before anything is written
+    write_text_atomic(out, written)
+    return load_registration(out)
+
+
+def _read_draft(draft: Path) -> tuple[str, dict[Any, dict[str, Any]]]:
+    """(its text, its claims) of the draft at `draft`: YAML with a mapping of claims and no history,
+    each claim's `rule_commits` a list of commits written as text and its `data_models` a list;
+    else RegistrationError saying what to mend."""
     try:
         text = draft.read_text(encoding="utf-8")
         raw = yaml.safe_load(text)
@@ -186,24 +199,26 @@ def write_registration(draft: Path, out: Path, repo: Path = Path(".")) -> Regist
                 entry.get("data_models", []), list):
             raise RegistrationError(f"{draft}: claims.{number}: expected a mapping whose rule_commits and data_models "
                                     "are lists")
-    lines = [text.rstrip("\n"), "", "# Read from git when this file was written (`python -m rnnlm.study register`).",
-             "history:"]
     for number, entry in raw["claims"].items():
         for commit in entry.get("rule_commits", []):
             if not isinstance(commit, str):  # YAML reads 1234567, or 0123456 (octal), as a number
                 raise RegistrationError(f"{draft}: claims.{number}.rule_commits: {commit!r} is read as a number; "
                                         "expected each commit as text, quoted where it is all digits ('1234567')")
-    for number, entry in raw["claims"].items():
+    return text, raw["claims"]
+
+
+def _history_lines(repo: Path, claims: dict[Any, dict[str, Any]]) -> list[str]:
+    """The `history:` entries of `claims`, as YAML lines read from git: per claim, when each of its
+    rule commits was made and when a run folder of its data models was first committed."""
+    lines = []
+    for number, entry in claims.items():
         rules = [_when(repo, c) for c in entry.get("rule_commits", [])]
         data = _first_committed(repo, [f"reports/study/{m}" for m in entry.get("data_models", [])])
         lines.append(f"  {number}:")  # commits quoted: a hash's first 12 digits can all be decimal ones
         lines.append("    rule_set: [" + ", ".join(f"{{commit: '{r['commit']}', date: '{r['date']}'}}" for r in rules) + "]")
         lines.append("    data_first_committed: " + ("null" if data is None else
                                                      f"{{commit: '{data['commit']}', date: '{data['date']}'}}"))
-    written = "\n".join(lines) + "\n"
-    parse_registration(written.encode(), out)  # refused whole, before anything is written
-    write_text_atomic(out, written)
-    return load_registration(out)
+    return lines
 
 
 def _holds_commit(repo: Path, commit: object) -> bool:

@@ -271,6 +271,8 @@ def collect(repo: str | Path = ".", out: str | Path = "reports/study", archives:
 
 
 def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
+    """`collect`'s work, under its lock: mend `out`, write each experiment's newest run, then each
+    archive's; the lines it says, or CollectFailed with them and the runs it could not collect."""
     said = mend(out) if out.is_dir() else []
     refused: list[str] = []
     failures: list[str] = []
@@ -279,15 +281,8 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     registration = current_registration(out) if registrations(out) else None
     for _, run in sorted(newest(runs).items(), key=lambda item: (item[0][0], item[0][1] is None,
                                                                             item[0][1] or 0)):
-        folder = run.folder(out)
-        record = provenance(repo, run, registration)
-        check = _checked(_label(run), run.model, run.seed, not run.full)
         try:
-            said.append(_replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}",
-                                 lambda held, rev=run.rev, record=record: held.get("rev") == rev and
-                                 held.get("registration") == record.get("registration"), run.date,
-                                 lambda run=run, folder=folder, record=record, check=check:
-                                 write_folder(run_files(repo, run), record, folder, check)))
+            said.append(_collect_run(repo, out, run, registration))
         except CollectError as error:
             failures.append(str(error))
     for path in archives:
@@ -300,6 +295,20 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     if failures:
         raise CollectFailed(said, failures)
     return said
+
+
+def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | None) -> str:
+    """Write `run` (an experiment or commit of `repo`) into its folder of `out` unless the folder holds
+    it already (the same commit read under the same registration) or a newer run; the line it says."""
+    folder, record = run.folder(out), provenance(repo, run, registration)
+
+    def same(held: dict) -> bool:
+        return held.get("rev") == run.rev and held.get("registration") == record.get("registration")
+
+    def write() -> None:
+        write_folder(run_files(repo, run), record, folder, _checked(_label(run), run.model, run.seed, not run.full))
+
+    return _replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}", same, run.date, write)
 
 
 def tokenizer_notes(out: Path) -> list[str]:

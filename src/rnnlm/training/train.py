@@ -51,28 +51,11 @@ def train(run: RunSettings, tokenizer: Tokenizer, train_text: str, val_text: str
     parts, record = build_parts(run, train_ids, val_ids), record or RunRecord()
     share_cores(run, parts)
     start = record.begin(run, parts, run_fingerprint(run, tokenizer, train_ids, val_ids))
-    history, seconds, n_steps, tokens_per_step = start.history, start.seconds, run.steps_per_epoch, \
-        run.train.batch_size * run.train.seq_len
+    history, seconds = start.history, start.seconds
     for epoch in range(start.epoch, run.epochs + 1):
-        parts.model.train()
         done = start.progress if epoch == start.epoch else EpochProgress()  # steps, losses, seconds before this run
-        epoch_start, losses, lr = time.perf_counter() - done.seconds, done.losses, parts.lr
-        log = LossLog(run.train.check_every, run.device, first_step=len(history.steps) + 1)
-        for first in range(done.steps, n_steps, run.train.check_every):
-            block_start, size = time.perf_counter(), min(run.train.check_every, n_steps - first)
-            xs, ys = (t.to(run.device) for t in parts.sampler.batches(size))  # (size, B, T): one copy per block
-            for i in range(size):
-                if run.carried and (parts.sampler.fresh[i] or first + i == 0):  # a pass's or an epoch's first window
-                    parts.step.reset_state()
-                threads.refresh()  # this run's share of the cores, counted again at most once a second
-                log.record(parts.step(xs[i], ys[i]))
-            block = record.losses(log.read, epoch)  # the host waits for the device here only, once a block
-            rate = tokens_per_step * size / (time.perf_counter() - block_start)  # the block's mean rate
-            history.steps += [{"step": len(history.steps) + k + 1, "epoch": epoch, "train_loss": loss, "lr": lr,
-                               "tokens_per_second": rate} for k, loss in enumerate(block)]
-            losses += block
-            record.block_end(epoch, history, seconds,
-                             EpochProgress(first + size, losses, time.perf_counter() - epoch_start))
+        epoch_start, lr = time.perf_counter() - done.seconds, parts.lr
+        losses = _train_epoch(run, parts, record, history, seconds, epoch, done, epoch_start)
         parts.scheduler.step()
         with record.validation():
             val, val_batch = validate(parts, val_ids, run.train.seq_len)
@@ -83,6 +66,40 @@ def train(run: RunSettings, tokenizer: Tokenizer, train_text: str, val_text: str
         record.epoch_end(epoch, history, seconds, f"{run.name} epoch {epoch:02d}/{run.epochs} | train "
                          f"{statistics.fmean(losses):.4f} | val {val:.4f} | lr {lr:.2e} | {epoch_seconds:.1f}s")
     return record.result(tokenizer, history, seconds)
+
+
+def _train_epoch(run: RunSettings, parts: Parts, record: RunRecord, history: History, seconds: float, epoch: int,
+                 done: EpochProgress, epoch_start: float) -> list[float]:
+    """The rest of `epoch` after what `done` holds, one block of `train.check_every` steps at a time:
+    each step's row goes to `history.steps`, and after each block `record` is told where the run
+    stands (`seconds`: the training seconds before this epoch; `epoch_start`: its perf_counter origin).
+    Returns the epoch's training losses, `done`'s first."""
+    parts.model.train()
+    losses, lr, tokens_per_step = done.losses, parts.lr, run.train.batch_size * run.train.seq_len
+    log = LossLog(run.train.check_every, run.device, first_step=len(history.steps) + 1)
+    for first in range(done.steps, run.steps_per_epoch, run.train.check_every):
+        block_start, size = time.perf_counter(), min(run.train.check_every, run.steps_per_epoch - first)
+        _train_block(run, parts, log, first, size)
+        block = record.losses(log.read, epoch)  # the host waits for the device here only, once a block
+        rate = tokens_per_step * size / (time.perf_counter() - block_start)  # the block's mean rate
+        history.steps += [{"step": len(history.steps) + k + 1, "epoch": epoch, "train_loss": loss, "lr": lr,
+                           "tokens_per_second": rate} for k, loss in enumerate(block)]
+        losses += block
+        record.block_end(epoch, history, seconds,
+                         EpochProgress(first + size, losses, time.perf_counter() - epoch_start))
+    return losses
+
+
+def _train_block(run: RunSettings, parts: Parts, log: LossLog, first: int, size: int) -> None:
+    """Steps `first` to `first + size - 1` of an epoch: their batches copied to the device at once, the
+    state reset before a pass's or the epoch's first window when the run carries it, each step's loss
+    kept on the device in `log` (nothing here waits for the device)."""
+    xs, ys = (t.to(run.device) for t in parts.sampler.batches(size))  # (size, B, T): one copy per block
+    for i in range(size):
+        if run.carried and (parts.sampler.fresh[i] or first + i == 0):  # a pass's or an epoch's first window
+            parts.step.reset_state()
+        threads.refresh()  # this run's share of the cores, counted again at most once a second
+        log.record(parts.step(xs[i], ys[i]))
 
 
 def validate(parts: Parts, val_ids: Tensor, seq_len: int) -> tuple[float, float]:

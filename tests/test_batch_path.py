@@ -43,8 +43,8 @@ def documented(heading: str) -> list[str]:
 
 
 def block_lines() -> range:
-    """The source lines of the loop over a epoch's blocks in `train()`."""
-    function = loop_module.train
+    """The source lines of the loop over an epoch's blocks (`_train_epoch`)."""
+    function = loop_module._train_epoch
     tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     loop = next(node for node in ast.walk(tree) if isinstance(node, ast.For) and getattr(node.target, "id", "") == "first")
     first = function.__code__.co_firstlineno
@@ -57,7 +57,7 @@ def trace_second_block(raw_params: dict, model: str) -> tuple[set[str], set[str]
     raw_params["models"][model].update({"embd": 8, "hidden": 12, "layers": 2, "epochs": 1, "steps_per_epoch": 4})
     raw_params["train"].update({"batch_size": 4, "seq_len": 16, "device": "cpu", "check_every": 2})
     run = run_settings(parse_params(raw_params), model, TOKENIZER.vocab_size)
-    loop_code, step_code, lines = loop_module.train.__code__, EagerStep.__call__.__code__, block_lines()
+    loop_code, step_code, lines = loop_module._train_epoch.__code__, EagerStep.__call__.__code__, block_lines()
     path, beside = {STAGE, LOOP}, set()
 
     def seen(frame, event, _arg) -> None:

@@ -247,8 +247,9 @@ def judge_study_losses(evidence: Evidence, registered: RegisteredClaim) -> Judge
     noise, logs = one_batch_noise(evidence), study_logs()
     if noise is None:
         return Judgement([], "Too few runs record the study's one-batch estimator to measure its noise.")
+    collected = set(evidence.frame["model"])
     found = {model: _against_the_study(evidence, model, which, theirs, logs, noise, band)
-             for model, (which, theirs) in STUDY_VAL_LOSS.items() if model in set(evidence.frame["model"])}
+             for model, (which, theirs) in STUDY_VAL_LOSS.items() if model in collected}
     comparisons = [f.comparison for f in found.values()]
     curve_rows, checks = [f.curve_row for f in found.values()], [f.check_row for f in found.values()]
     record = {"one_batch_noise": {"mean": rounded(noise.mean), "sd": rounded(noise.sd), "epochs": noise.count},

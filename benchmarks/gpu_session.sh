@@ -37,7 +37,7 @@ EXTRA=()
 others() { for part in tests speed pipeline; do case " $* " in *" $part "*) ;; *) printf '%s ' "$part";; esac; done; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 say() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$R/logs/session.txt"; }
-R=$(mktemp -d /tmp/gpu-session.XXXXXX)
+R=$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX")  # what is kept, before packing
 mkdir -p "$R/study" "$R/logs"
 JOBS_RUNNING=()
 # What is kept goes to $OUT/gpu.tar.gz (written beside, then renamed) every half minute while the

@@ -305,7 +305,8 @@ def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tm
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "OUT": str(out), "DRY_RUN": "1",
-           "ALONE": "", "BESIDE": "pipeline", "RUNS": "astra_alpha:5", "DEADLINE": "4"}
+           "ALONE": "", "BESIDE": "pipeline", "RUNS": "astra_alpha:5", "DEADLINE": "4",
+           "TMPDIR": str(tmp_path)}
     start = time.monotonic()
     done = subprocess.run(["bash", str(REPO_ROOT / "benchmarks/gpu_session.sh")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -316,6 +317,7 @@ def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tm
         session = tar.extractfile("./logs/session.txt").read().decode()
     assert "deadline: stopping the unfinished jobs" in session and "packing" in session
     assert sorted(p.name for p in out.iterdir()) == ["gpu.tar.gz"]
+    assert len(list(tmp_path.glob("gpu-session.*"))) == 1  # its working folder under $TMPDIR, not /tmp
 
 
 def test_gpu_prepare_refuses_a_wrong_corpus_and_an_uncommitted_tree(tmp_path):

@@ -32,6 +32,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
 
+# No DVC command a test starts sends usage analytics, those run outside a repository and before
+# `dvc init` included: each one left a report file in the temporary folder and a daemon behind.
+os.environ["DVC_NO_ANALYTICS"] = "1"
+
 # A cell written in the tests, with Python loops only, joins the registry with one line: every test
 # that runs "each cell" runs it too (tests/softsign_cell.py).
 from rnnlm.models.cells import CELLS  # noqa: E402

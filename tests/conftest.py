@@ -113,7 +113,7 @@ def sha256_of(data: bytes) -> str:
 def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `cmd` in `cwd`, capturing text output; raise with the output when `check` fails."""
     full_env = {k: v for k, v in os.environ.items() if k != _MIRROR}  # tests never use a mirror by accident
-    full_env.update({"DVC_NO_ANALYTICS": "1", **(env or {})})
+    full_env.update(env or {})
     done = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True)
     if check and done.returncode != 0:
         raise AssertionError(f"{cmd} exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")

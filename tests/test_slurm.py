@@ -130,7 +130,7 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
     repo = tmp_path / "submitter"
     run(["git", "clone", "-q", str(origin), str(repo)], tmp_path)
     venv = tasks_venv(tmp_path)
-    env = {**cluster, "PYTHONPATH": str(REPO_ROOT / "src"), "DVC_NO_ANALYTICS": "1"}
+    env = {**cluster, "PYTHONPATH": str(REPO_ROOT / "src")}
     submit = [sys.executable, "-m", "rnnlm.study", "run", "--slurm", "--models", "astra_alpha", "rnn_alpha",
               "--seeds", "2", "--gpus", "0", "--cpus-per-task", "1", "--time", "10", "--venv", str(venv),
               "--scratch", str(tmp_path / "scratch")]

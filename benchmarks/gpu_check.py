@@ -22,7 +22,9 @@ trains the named models at full scale through the same stage scripts instead (`-
 several seeds each, `--jobs N` for N runs at once, one process each, on the one GPU), and packs each
 run's study folder (params, training metrics and curves, evaluation metrics, reset and context
 curves, generations, provenance naming the GPU) into DIR/<model>-seed-<seed>.tar.gz; checkpoints
-stay behind. `python -m rnnlm.study collect --archives DIR` takes them into reports/study/.
+stay behind. `python -m rnnlm.study collect --archives DIR` takes them into reports/study/. A
+SentencePiece model trains only with `--tokenizer-sha256 HEX`, the CPU's tokenizer, which the data
+stages must reproduce here before anything trains.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import datetime
+import hashlib
 import io
 import json
 import os
@@ -52,7 +55,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import timing  # noqa: E402
-from pipeline_runs import run_stages, scratch_copy  # noqa: E402
+from pipeline_runs import TOKENIZER_FILE, run_stages, scratch_copy, tokenizer_sha256  # noqa: E402
 import training_speed  # noqa: E402
 from gpu_profile import profile  # noqa: E402
 
@@ -207,15 +210,24 @@ OUTPUTS = {name: path for name, path in FOLDER.items() if name != "params.yaml"}
 
 
 def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_dir: Path,
-          steps_scale: float | None, jobs: int = 1) -> None:
+          steps_scale: float | None, jobs: int = 1, tokenizer: str | None = None) -> None:
     """Train each (model, seed) of `runs` through the stages, `jobs` of them at once on the one GPU,
     each in a scratch copy of its own and a process per stage (so runs share the GPU as separate
     processes: each computes what it computes alone). As each finishes, its outputs and provenance go
     to `results/<model>-seed-<seed>.tar.gz` (`<model>/seed-<seed>/<file>` inside; checkpoints stay
-    behind), so a call cut short keeps the finished runs."""
+    behind), so a call cut short keeps the finished runs.
+
+    A SentencePiece model trains only on the CPU's tokenizer: `tokenizer` is that tokenizer's sha256
+    (`.gpu/tokenizer.sha256`, which `gpu_prepare.sh` writes), checked against the one the data stages
+    train here before anything trains; without it, or where they differ, the call ends in one line
+    and trains nothing (another SentencePiece build trains another tokenizer, and its runs would be
+    left out of the claims)."""
     env = environment()
     results.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
+    subword = sorted({model for model, _ in runs if _tokens(model) == "sentencepiece"})
+    if subword:
+        _check_tokenizer(corpus, log_dir, ", ".join(subword), tokenizer)
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     batch_start = time.perf_counter()
 
@@ -237,6 +249,8 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
                           "stage_seconds": result["stage_seconds"], "steps_scale": steps_scale or 1.0,
                           "runs_sharing_the_gpu": jobs, "checkpoint": "left on the GPU machine",
                           "commit": _commit(), "made_by": "benchmarks/gpu_check.py --study"}
+            if _tokens(model) == "sentencepiece":  # the tokenizer this run trained on, as checked
+                provenance["tokenizer_sha256"] = hashlib.sha256((work / TOKENIZER_FILE).read_bytes()).hexdigest()
             archive = f"{model}-seed-{seed}" + label.partition("-copy")[1] + label.partition("-copy")[2]
             pack(work, results / f"{archive}.tar.gz", f"{model}/seed-{seed}", provenance)
         return (f"{label}: val {result['train']['val_loss']:.4f}, stateful {result['stateful_bpc']:.3f}, "
@@ -247,6 +261,29 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
         for said in pool.map(one, range(len(runs))):
             print(said, flush=True)
     print(f"{len(runs)} runs, {jobs} at a time: {time.perf_counter() - batch_start:.0f} s", flush=True)
+
+
+def _tokens(model: str) -> str | None:
+    """params.yaml's `tokens` of `model` ("char", "sentencepiece"; None for a name it lacks, which
+    the train stage refuses in its own words)."""
+    entry = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["models"].get(model)
+    return entry.get("tokens") if isinstance(entry, dict) else None
+
+
+def _check_tokenizer(corpus: Path, log_dir: Path, models: str, expected: str | None) -> None:
+    """Return when the tokenizer the data stages train on this machine has the sha256 `expected`;
+    otherwise end the process in one line naming `models` (the SentencePiece runs asked for)."""
+    if expected is None:
+        sys.exit(f"error: --study {models}: a SentencePiece model; expected --tokenizer-sha256 (the CPU's "
+                 "tokenizer, .gpu/tokenizer.sha256 from benchmarks/gpu_prepare.sh); nothing trained")
+    with tempfile.TemporaryDirectory() as tmp, open(log_dir / "tokenizer.log", "w") as log:
+        try:
+            here = tokenizer_sha256(corpus, scratch_copy(Path(tmp)), log)
+        except RuntimeError as error:
+            sys.exit(f"error: {error} (see {log_dir / 'tokenizer.log'}); nothing trained")
+    if here != expected:
+        sys.exit(f"error: {TOKENIZER_FILE} trained here (SentencePiece {sentencepiece.__version__}) has sha256 "
+                 f"{here}; expected the CPU's {expected} for {models}; nothing trained")
 
 
 def study_runs(names: list[str], seeds: list[int] | None) -> list[tuple[str, int | None]]:
@@ -304,6 +341,8 @@ def main() -> None:
                         "(default: params.yaml's seed)")
     parser.add_argument("--jobs", type=int, default=1, help="with --study: runs at once on the GPU (processes)")
     parser.add_argument("--results", type=Path, help="with --study: the folder for <model>-seed-<seed>.tar.gz")
+    parser.add_argument("--tokenizer-sha256", metavar="HEX", help="with --study: the CPU's SentencePiece model's "
+                        "sha256 (.gpu/tokenizer.sha256); needed by SentencePiece runs, checked before anything trains")
     parser.add_argument("--steps-scale", type=float, help="train.steps_scale of the study runs and the pipeline "
                         "check (default: params.yaml's)")
     parser.add_argument("--dry-run", action="store_true", help="on a machine without a GPU: the same steps on the "
@@ -338,7 +377,7 @@ def main() -> None:
                 parser.error("--study needs --results")
             runs = study_runs(args.study, args.seeds)
             study(runs, args.corpus.resolve(), args.results, log_path.with_name(f"{log_path.stem}-runs"), args.steps_scale,
-                  args.jobs)
+                  args.jobs, args.tokenizer_sha256)
             return
         report: dict[str, object] = {"environment": environment(), "precision": precision, "errors": {}}
         steps = {"tests": lambda: run_tests(log), "speed": lambda: run_speed(args.models, args.repeats),

@@ -6,9 +6,10 @@
 #
 # It refuses a working tree with uncommitted changes to tracked files (the runs' provenance names the
 # commit, which must be what runs), a corpus whose sha256 is not params.yaml's, and a .gpu/ folder
-# it cannot fill. Then .gpu/ holds the corpus, the commit, and the wheels of the pins the machine's
-# image lacks (sentencepiece at requirements.txt's version, for its Python 3.12), and is ignored by
-# git; it prints what travels and the variables of the call.
+# it cannot fill. Then .gpu/ holds the corpus, the commit, the wheels of the pins the machine's
+# image lacks (sentencepiece at requirements.txt's version, for its Python 3.12) and tokenizer.sha256,
+# the SentencePiece model the data stages train here (a SentencePiece run there trains only on the
+# same), and is ignored by git; it prints what travels and the variables of the call.
 set -euo pipefail
 CORPUS=${1:?usage: bash benchmarks/gpu_prepare.sh PATH/tinyshakespeare.txt}
 cd "$(git rev-parse --show-toplevel)"
@@ -30,8 +31,12 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .gpu.partial/whl "sentencepiece==$spm" \
   || fail "could not download sentencepiece==$spm for Python 3.12 (manylinux x86-64); expected the package registry"
+log=$(mktemp "${TMPDIR:-/tmp}/gpu-prepare-tokenizer.XXXXXX")
+python3 benchmarks/pipeline_runs.py tokenizer-sha256 "$CORPUS" > .gpu.partial/tokenizer.sha256 2> "$log" \
+  || { rm -rf .gpu.partial; fail "the data stages failed here ($(tail -1 "$log")); expected them to train the tokenizer"; }
+rm -f "$log"
 rm -rf .gpu && mv .gpu.partial .gpu  # whole, or the old one left as it was
 
-echo "ready: .gpu/ ($(du -sh .gpu | cut -f1)) for commit $(cut -c1-12 .gpu/commit): $(ls .gpu/whl)"
+echo "ready: .gpu/ ($(du -sh .gpu | cut -f1)) for commit $(cut -c1-12 .gpu/commit): $(ls .gpu/whl), tokenizer $(cut -c1-12 .gpu/tokenizer.sha256)"
 echo "call the device's run with carry [\".gpu\"] and, e.g.:"
 echo "  RUNS=\"leviathan:5 leviathan:6\" JOBS=5 ALONE=tests BESIDE=pipeline DEADLINE=500 bash benchmarks/gpu_session.sh"

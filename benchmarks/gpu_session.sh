@@ -2,7 +2,8 @@
 # One call on a lent GPU machine (no network, ten minutes a command): the CUDA check, then study runs
 # sharing the GPU until the deadline; everything it keeps is packed into $OUT/gpu.tar.gz.
 #
-#   Here, before: bash benchmarks/gpu_prepare.sh PATH/tinyshakespeare.txt   (.gpu/: corpus, commit, wheels)
+#   Here, before: bash benchmarks/gpu_prepare.sh PATH/tinyshakespeare.txt   (.gpu/: corpus, commit, wheels,
+#                 the CPU's tokenizer sha256)
 #                 and a dry run on the CPU (DRY_RUN below)
 #   There:        RUNS="leviathan:5 leviathan:6" DEADLINE=500 bash benchmarks/gpu_session.sh   (carry .gpu)
 #   Here, after:  tar xzf <files_at>/gpu.tar.gz -C out && python -m rnnlm.study collect --archives out/study
@@ -33,6 +34,9 @@ BESIDE=${BESIDE-pipeline}
 EXTRA=()
 [ -n "${STEPS_SCALE:-}" ] && EXTRA+=(--steps-scale "$STEPS_SCALE")
 [ "${DRY_RUN:-0}" = 1 ] && EXTRA+=(--dry-run)
+# the CPU's tokenizer (gpu_prepare.sh): a SentencePiece run trains only on the same one
+TOKENIZER=()
+[ -s .gpu/tokenizer.sha256 ] && TOKENIZER=(--tokenizer-sha256 "$(cat .gpu/tokenizer.sha256)")
 # the check's parts other than those named: gpu_check.py's --skip words
 others() { for part in tests speed pipeline; do case " $* " in *" $part "*) ;; *) printf '%s ' "$part";; esac; done; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
@@ -104,7 +108,7 @@ if [ -n "$RUNS" ]; then
     say "MPS off: the runs take turns on the GPU"
   fi
   # shellcheck disable=SC2086  # RUNS is a list of words
-  setsid python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" \
+  setsid python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" "${TOKENIZER[@]}" \
     --log "$R/logs/study.log" > "$R/logs/study.out" 2>&1 &
   JOBS_RUNNING+=($!)
 fi

@@ -6,6 +6,9 @@ benchmarks use where DVC is not at hand (a lent GPU machine) or would add its ow
 - `run_stages(model, corpus, work, log, ...)`: every stage for `model` in `work` (the data stages
   once), with a steps scale, a seed and a thread count of one's choosing; its figures and each
   stage's seconds.
+- `tokenizer_sha256(corpus, work, log)`: the data stages alone in `work`, and the sha256 of the
+  SentencePiece model they wrote (`python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS`
+  prints this machine's: what a lent GPU machine's tokenizer is checked against).
 """
 
 from __future__ import annotations
@@ -16,12 +19,17 @@ import re
 import shutil
 import subprocess
 import sys
+import hashlib
+import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+DATA_STAGES = ("download", "prepare", "tokenizer")
+"""The stages every model shares, run once per scratch copy."""
+TOKENIZER_FILE = "models/tokenizer/spm.model"
 
 
 def stage_commands() -> list[list[str]]:
@@ -46,9 +54,7 @@ def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | N
                seed: int | None = None, threads: int | None = None) -> dict[str, object]:
     """The pipeline's stage scripts for `model` (at `seed`, default params.yaml's), in `work` (a
     scratch copy of the repository), each stage's CPU work on `threads` threads (default: all)."""
-    env = {**os.environ, "PYTHONPATH": stage_pythonpath(), "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
+    env = _stage_env(corpus, threads)
     params = work / "params.yaml"
     text = re.sub(r"(?m)^model: .*$", f"model: {model}", params.read_text(), count=1)
     if seed is not None:
@@ -56,25 +62,50 @@ def run_stages(model: str, corpus: Path, work: Path, log, steps_scale: float | N
     if steps_scale is not None:
         text = re.sub(r"(?m)^  steps_scale: .*$", f"  steps_scale: {steps_scale}", text, count=1)
     params.write_text(text)
+    data_done = (work / "data/prepared/train.txt").exists() and (work / "models/tokenizer").exists()
     seconds = {}
     for command in stage_commands():
         stage = Path(command[0]).stem
-        if stage in ("download", "prepare", "tokenizer") and (work / "data/prepared/train.txt").exists() \
-                and (work / "models/tokenizer").exists():
-            continue
-        start = time.perf_counter()
-        log.write(f"\n$ python {' '.join(command)}\n")
-        log.flush()
-        done = subprocess.run([sys.executable, *command], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              check=False)
-        seconds[stage] = time.perf_counter() - start
-        if done.returncode != 0:
-            raise RuntimeError(f"stage {stage} of {model} exited {done.returncode}")
+        if not (data_done and stage in DATA_STAGES):
+            seconds[stage] = _run_stage(model, command, work, env, log)
     train = json.loads((work / "reports/train/metrics.json").read_text())
     metrics = json.loads((work / "reports/metrics.json").read_text())
     return {"model": model, "stage_seconds": seconds, "train": train,
             "stateful_bpc": metrics["stateful_bpc"], "stateless_bpc": metrics["stateless_bpc"],
             "bigram_bpc": metrics["bigram_bpc"]}
+
+
+def tokenizer_sha256(corpus: Path, work: Path, log) -> str:
+    """The data stages alone in `work` (a scratch copy; what `run_stages` then skips there), and the
+    sha256 of the SentencePiece model the tokenizer stage wrote: one hash for the whole tokenizer."""
+    env = _stage_env(corpus, None)
+    for command in stage_commands():
+        if Path(command[0]).stem in DATA_STAGES:
+            _run_stage("the data", command, work, env, log)
+    return hashlib.sha256((work / TOKENIZER_FILE).read_bytes()).hexdigest()
+
+
+def _stage_env(corpus: Path, threads: int | None) -> dict[str, str]:
+    """The stages' environment: our PYTHONPATH, the corpus as the download stage's mirror, and each
+    stage's CPU work on `threads` threads (default: all)."""
+    env = {**os.environ, "PYTHONPATH": stage_pythonpath(), "RNNLM_CORPUS_MIRROR": str(corpus), "PYTHONUNBUFFERED": "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def _run_stage(model: str, command: list[str], work: Path, env: dict[str, str], log) -> float:
+    """One stage's script in `work`, its output to `log`; its seconds. A stage that fails raises
+    RuntimeError naming it and `model`."""
+    stage = Path(command[0]).stem
+    start = time.perf_counter()
+    log.write(f"\n$ python {' '.join(command)}\n")
+    log.flush()
+    done = subprocess.run([sys.executable, *command], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"stage {stage} of {model} exited {done.returncode}")
+    return time.perf_counter() - start
 
 
 def scratch_copy(into: Path) -> Path:
@@ -83,3 +114,22 @@ def scratch_copy(into: Path) -> Path:
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "params.yaml", work / "params.yaml")
     return work
+
+
+def main() -> None:
+    """`tokenizer-sha256 CORPUS`: this machine's tokenizer for the pinned corpus, as a hash on stdout
+    (the stages' output on stderr)."""
+    if len(sys.argv) != 3 or sys.argv[1] != "tokenizer-sha256":
+        sys.exit("usage: python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS")
+    corpus = Path(sys.argv[2]).resolve()
+    if not corpus.is_file():
+        sys.exit(f"error: {corpus}: no such file; expected a local copy of Tiny Shakespeare")
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            print(tokenizer_sha256(corpus, scratch_copy(Path(tmp)), sys.stderr))
+        except RuntimeError as error:
+            sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+import yaml
 
 from rnnlm.models.cells import CELLS
 
@@ -342,6 +343,60 @@ def test_gpu_prepare_refuses_a_wrong_corpus_and_an_uncommitted_tree(tmp_path):
     dirty = subprocess.run(["bash", script, str(corpus)], cwd=repo, capture_output=True, text=True)
     assert dirty.returncode == 1 and dirty.stderr.startswith("error: uncommitted changes")
     assert not (repo / ".gpu").exists() and not (repo / ".gpu.partial").exists()
+
+
+def test_the_tokenizer_hash_is_the_data_stages_own_and_repeats(tmp_path):
+    """What a lent machine's tokenizer is held to: the data stages run in a scratch copy, the hash of
+    the SentencePiece model they wrote; the same in a second copy, another for another vocabulary."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import pipeline_runs
+    from tests.conftest import sha256_of, synthetic_play
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(synthetic_play(30_000))
+    hashes = []
+    for name, vocab in (("a", 100), ("b", 100), ("c", 90)):
+        work = pipeline_runs.scratch_copy(tmp_path / name)
+        params = yaml.safe_load((work / "params.yaml").read_text())
+        params["data"]["sha256"] = sha256_of(corpus.read_bytes())
+        params["tokenizer"]["vocab_size"] = vocab
+        (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        with open(tmp_path / f"{name}.log", "w") as log:
+            hashes.append(pipeline_runs.tokenizer_sha256(corpus, work, log))
+        assert hashes[-1] == sha256_of((work / pipeline_runs.TOKENIZER_FILE).read_bytes())
+    assert hashes[0] == hashes[1] != hashes[2]
+
+
+def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, monkeypatch):
+    """Without the CPU's tokenizer hash, or with one the machine's data stages do not reproduce, a
+    study call naming a SentencePiece model ends in one line before anything trains, the character
+    models of the same call included."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import gpu_check
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("text")
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    unpinned = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--dry-run",
+                               "--study", "astra_alpha:5", "scribe_alpha:5", "--results", str(results),
+                               "--log", str(tmp_path / "study.log")],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert unpinned.returncode != 0
+    assert unpinned.stderr.strip().splitlines()[-1] == (
+        "error: --study scribe_alpha: a SentencePiece model; expected --tokenizer-sha256 (the CPU's tokenizer, "
+        ".gpu/tokenizer.sha256 from benchmarks/gpu_prepare.sh); nothing trained")
+    assert not list(results.iterdir())
+
+    monkeypatch.setattr(gpu_check, "tokenizer_sha256", lambda corpus, work, log: "b" * 64)
+    monkeypatch.setattr(gpu_check, "run_stages", lambda *args, **kwargs: pytest.fail("a run trained"))
+    with pytest.raises(SystemExit) as refused:
+        gpu_check.study([("astra_alpha", 5), ("scribe_beta", 5), ("scribe_alpha", 6)], corpus, results,
+                        tmp_path / "logs", None, 1, "a" * 64)
+    assert str(refused.value) == (f"error: models/tokenizer/spm.model trained here (SentencePiece "
+                                  f"{gpu_check.sentencepiece.__version__}) has sha256 {'b' * 64}; expected the "
+                                  f"CPU's {'a' * 64} for scribe_alpha, scribe_beta; nothing trained")
+    assert not list(results.iterdir())
 
 
 def test_the_stage_times_table_names_every_stage_and_part():

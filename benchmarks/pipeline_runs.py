@@ -13,13 +13,13 @@ benchmarks use where DVC is not at hand (a lent GPU machine) or would add its ow
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import hashlib
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +27,13 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+from rnnlm.data.tokenizers import SENTENCEPIECE_FILE  # noqa: E402
+
 DATA_STAGES = ("download", "prepare", "tokenizer")
 """The stages every model shares, run once per scratch copy."""
-TOKENIZER_FILE = "models/tokenizer/spm.model"
+TOKENIZER_FILE = f"models/tokenizer/{SENTENCEPIECE_FILE}"
+"""Where the tokenizer stage writes its model in a scratch copy (dvc.yaml's output folder)."""
 
 
 def stage_commands() -> list[list[str]]:

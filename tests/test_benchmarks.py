@@ -367,6 +367,18 @@ def test_the_tokenizer_hash_is_the_data_stages_own_and_repeats(tmp_path):
     assert hashes[0] == hashes[1] != hashes[2]
 
 
+def test_the_tokenizer_hash_command_refuses_a_missing_corpus_and_other_words(tmp_path):
+    script = [sys.executable, "benchmarks/pipeline_runs.py"]
+    missing = subprocess.run([*script, "tokenizer-sha256", str(tmp_path / "none.txt")], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.strip() == f"error: {tmp_path / 'none.txt'}: no such file; expected a local copy of Tiny Shakespeare"
+    other = subprocess.run([*script, "tokenizer", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert other.returncode == 1
+    assert other.stderr.strip() == "usage: python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS"
+
+
 def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, monkeypatch):
     """Without the CPU's tokenizer hash, or with one the machine's data stages do not reproduce, a
     study call naming a SentencePiece model ends in one line before anything trains, the character

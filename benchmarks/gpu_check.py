@@ -33,7 +33,6 @@ import argparse
 import concurrent.futures
 import dataclasses
 import datetime
-import hashlib
 import io
 import json
 import os
@@ -55,7 +54,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import timing  # noqa: E402
-from pipeline_runs import TOKENIZER_FILE, run_stages, scratch_copy, tokenizer_sha256  # noqa: E402
+from pipeline_runs import check_tokenizer, run_stages, scratch_copy, tokenizer_hash  # noqa: E402
 import training_speed  # noqa: E402
 from gpu_profile import profile  # noqa: E402
 
@@ -63,6 +62,7 @@ from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 from rnnlm.study.folders import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
+from rnnlm.params import load_params  # noqa: E402
 from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
 from rnnlm.compute.device import set_float32_precision  # noqa: E402
 from rnnlm.evaluation.scoring import windowed_nll  # noqa: E402
@@ -225,9 +225,16 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
     env = environment()
     results.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    subword = sorted({model for model, _ in runs if _tokens(model) == "sentencepiece"})
+    models = load_params(REPO / "params.yaml").models
+    subword = sorted({model for model, _ in runs if model in models and models[model].tokens == "sentencepiece"})
+    if subword and tokenizer is None:
+        sys.exit(f"error: --study {', '.join(subword)}: a SentencePiece model; expected --tokenizer-sha256 (the CPU's "
+                 "tokenizer, .gpu/tokenizer.sha256 from benchmarks/gpu_prepare.sh); nothing trained")
     if subword:
-        _check_tokenizer(corpus, log_dir, ", ".join(subword), tokenizer)
+        try:
+            check_tokenizer(corpus, log_dir / "tokenizer.log", tokenizer, ", ".join(subword))
+        except RuntimeError as error:
+            sys.exit(f"error: {error}; nothing trained")
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     batch_start = time.perf_counter()
 
@@ -249,8 +256,8 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
                           "stage_seconds": result["stage_seconds"], "steps_scale": steps_scale or 1.0,
                           "runs_sharing_the_gpu": jobs, "checkpoint": "left on the GPU machine",
                           "commit": _commit(), "made_by": "benchmarks/gpu_check.py --study"}
-            if _tokens(model) == "sentencepiece":  # the tokenizer this run trained on, as checked
-                provenance["tokenizer_sha256"] = hashlib.sha256((work / TOKENIZER_FILE).read_bytes()).hexdigest()
+            if model in subword:  # the tokenizer this run trained on, as checked
+                provenance["tokenizer_sha256"] = tokenizer_hash(work)
             archive = f"{model}-seed-{seed}" + label.partition("-copy")[1] + label.partition("-copy")[2]
             pack(work, results / f"{archive}.tar.gz", f"{model}/seed-{seed}", provenance)
         return (f"{label}: val {result['train']['val_loss']:.4f}, stateful {result['stateful_bpc']:.3f}, "
@@ -261,29 +268,6 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
         for said in pool.map(one, range(len(runs))):
             print(said, flush=True)
     print(f"{len(runs)} runs, {jobs} at a time: {time.perf_counter() - batch_start:.0f} s", flush=True)
-
-
-def _tokens(model: str) -> str | None:
-    """params.yaml's `tokens` of `model` ("char", "sentencepiece"; None for a name it lacks, which
-    the train stage refuses in its own words)."""
-    entry = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["models"].get(model)
-    return entry.get("tokens") if isinstance(entry, dict) else None
-
-
-def _check_tokenizer(corpus: Path, log_dir: Path, models: str, expected: str | None) -> None:
-    """Return when the tokenizer the data stages train on this machine has the sha256 `expected`;
-    otherwise end the process in one line naming `models` (the SentencePiece runs asked for)."""
-    if expected is None:
-        sys.exit(f"error: --study {models}: a SentencePiece model; expected --tokenizer-sha256 (the CPU's "
-                 "tokenizer, .gpu/tokenizer.sha256 from benchmarks/gpu_prepare.sh); nothing trained")
-    with tempfile.TemporaryDirectory() as tmp, open(log_dir / "tokenizer.log", "w") as log:
-        try:
-            here = tokenizer_sha256(corpus, scratch_copy(Path(tmp)), log)
-        except RuntimeError as error:
-            sys.exit(f"error: {error} (see {log_dir / 'tokenizer.log'}); nothing trained")
-    if here != expected:
-        sys.exit(f"error: {TOKENIZER_FILE} trained here (SentencePiece {sentencepiece.__version__}) has sha256 "
-                 f"{here}; expected the CPU's {expected} for {models}; nothing trained")
 
 
 def study_runs(names: list[str], seeds: list[int] | None) -> list[tuple[str, int | None]]:

@@ -8,7 +8,8 @@ benchmarks use where DVC is not at hand (a lent GPU machine) or would add its ow
   stage's seconds.
 - `tokenizer_sha256(corpus, work, log)`: the data stages alone in `work`, and the sha256 of the
   SentencePiece model they wrote (`python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS`
-  prints this machine's: what a lent GPU machine's tokenizer is checked against).
+  prints this machine's: what a lent GPU machine's tokenizer is checked against, by
+  `check_tokenizer`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import sentencepiece
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +88,26 @@ def tokenizer_sha256(corpus: Path, work: Path, log) -> str:
     for command in stage_commands():
         if Path(command[0]).stem in DATA_STAGES:
             _run_stage("the data", command, work, env, log)
+    return tokenizer_hash(work)
+
+
+def tokenizer_hash(work: Path) -> str:
+    """The sha256 of the SentencePiece model the tokenizer stage wrote in `work`."""
     return hashlib.sha256((work / TOKENIZER_FILE).read_bytes()).hexdigest()
+
+
+def check_tokenizer(corpus: Path, log_path: Path, expected: str, models: str) -> None:
+    """Return when the data stages, run in a scratch copy of their own (output to `log_path`), train
+    the tokenizer whose sha256 is `expected`; else raise RuntimeError saying what differs, naming
+    `models` (the SentencePiece runs that would have trained on it)."""
+    with tempfile.TemporaryDirectory() as tmp, open(log_path, "w") as log:
+        try:
+            here = tokenizer_sha256(corpus, scratch_copy(Path(tmp)), log)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error} (see {log_path})") from None
+    if here != expected:
+        raise RuntimeError(f"{TOKENIZER_FILE} trained here (SentencePiece {sentencepiece.__version__}) has sha256 "
+                           f"{here}; expected the CPU's {expected} for {models}")
 
 
 def _stage_env(corpus: Path, threads: int | None) -> dict[str, str]:

@@ -400,7 +400,9 @@ def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, 
         ".gpu/tokenizer.sha256 from benchmarks/gpu_prepare.sh); nothing trained")
     assert not list(results.iterdir())
 
-    monkeypatch.setattr(gpu_check, "tokenizer_sha256", lambda corpus, work, log: "b" * 64)
+    import pipeline_runs
+
+    monkeypatch.setattr(pipeline_runs, "tokenizer_sha256", lambda corpus, work, log: "b" * 64)
     monkeypatch.setattr(gpu_check, "run_stages", lambda *args, **kwargs: pytest.fail("a run trained"))
     with pytest.raises(SystemExit) as refused:
         gpu_check.study([("astra_alpha", 5), ("scribe_beta", 5), ("scribe_alpha", 6)], corpus, results,

@@ -8,8 +8,8 @@ benchmarks use where DVC is not at hand (a lent GPU machine) or would add its ow
   stage's seconds.
 - `tokenizer_sha256(corpus, work, log)`: the data stages alone in `work`, and the sha256 of the
   SentencePiece model they wrote (`python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS`
-  prints this machine's: what a lent GPU machine's tokenizer is checked against, by
-  `check_tokenizer`).
+  prints this machine's, through `scratch_tokenizer_sha256`: what a lent GPU machine's tokenizer
+  is checked against, by `check_tokenizer`).
 """
 
 from __future__ import annotations
@@ -91,6 +91,13 @@ def tokenizer_sha256(corpus: Path, work: Path, log) -> str:
     return tokenizer_hash(work)
 
 
+def scratch_tokenizer_sha256(corpus: Path, log) -> str:
+    """`tokenizer_sha256` in a scratch copy of this checkout, removed afterwards: this machine's
+    tokenizer for `corpus`, as the pipeline's data stages train it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return tokenizer_sha256(corpus, scratch_copy(Path(tmp)), log)
+
+
 def tokenizer_hash(work: Path) -> str:
     """The sha256 of the SentencePiece model the tokenizer stage wrote in `work`."""
     return hashlib.sha256((work / TOKENIZER_FILE).read_bytes()).hexdigest()
@@ -100,9 +107,9 @@ def check_tokenizer(corpus: Path, log_path: Path, expected: str, models: str) ->
     """Return when the data stages, run in a scratch copy of their own (output to `log_path`), train
     the tokenizer whose sha256 is `expected`; else raise RuntimeError saying what differs, naming
     `models` (the SentencePiece runs that would have trained on it)."""
-    with tempfile.TemporaryDirectory() as tmp, open(log_path, "w") as log:
+    with open(log_path, "w") as log:
         try:
-            here = tokenizer_sha256(corpus, scratch_copy(Path(tmp)), log)
+            here = scratch_tokenizer_sha256(corpus, log)
         except RuntimeError as error:
             raise RuntimeError(f"{error} (see {log_path})") from None
     if here != expected:
@@ -149,11 +156,10 @@ def main() -> None:
     corpus = Path(sys.argv[2]).resolve()
     if not corpus.is_file():
         sys.exit(f"error: {corpus}: no such file; expected a local copy of Tiny Shakespeare")
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            print(tokenizer_sha256(corpus, scratch_copy(Path(tmp)), sys.stderr))
-        except RuntimeError as error:
-            sys.exit(f"error: {error}")
+    try:
+        print(scratch_tokenizer_sha256(corpus, sys.stderr))
+    except RuntimeError as error:
+        sys.exit(f"error: {error}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.exact import permutation, sign_flip
 from rnnlm.study.judging.findings import confirmatory, exploratory
 from rnnlm.study.judging.findings_markdown import findings_markdown
+from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration_git import seal
 from rnnlm.study.judging.text_sample import text_interval
 from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED, inconclusive
@@ -281,15 +282,21 @@ def test_a_sentencepiece_run_of_another_tokenizer_is_marked_and_left_out():
         ("s", 2): "another tokenizer (49,939 validation pieces against 49,634)"}
 
 
+def test_the_usual_piece_count_is_the_most_common_and_the_smaller_on_a_tie():
+    assert other_tokenizer_runs({}) == {}
+    assert other_tokenizer_runs({"a": 7, "b": 9}) == {"b": "another tokenizer (9 validation pieces against 7)"}
+    assert other_tokenizer_runs({"a": 9, "b": 9, "c": 7}) == {"c": "another tokenizer (7 validation pieces against 9)"}
+
+
 def test_collect_says_when_it_takes_a_run_of_another_tokenizer(tmp_path):
     out = tmp_path / "study"
     for seed, pieces in ((1, 49634), (2, 49634), (3, 49939)):
         folder = out / "scribe" / f"seed-{seed}"
         folder.mkdir(parents=True)
         (folder / "metrics.json").write_text(json.dumps({"tokens": "sentencepiece", "val_tokens": pieces}))
-    assert study_collect.tokenizer_notes(out) == [
+    assert study_collect.tokenizer_notes(out) == {"scribe seed 3":
         "scribe seed 3: another tokenizer (49,939 validation pieces against 49,634): marked and left out of the "
-        "study's claims"]
+        "study's claims"}
 
 
 

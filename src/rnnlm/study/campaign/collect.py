@@ -42,6 +42,7 @@ import yaml
 
 from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
 from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run, seed_folder_name
+from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration import Registration, registrations
 from rnnlm.study.registration_git import code_record, current_registration
 from rnnlm.study.campaign.swap import mend, write_folder
@@ -279,8 +280,7 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     runs = find_runs(repo, refused)
     said += refused
     registration = current_registration(out) if registrations(out) else None
-    for _, run in sorted(newest(runs).items(), key=lambda item: (item[0][0], item[0][1] is None,
-                                                                            item[0][1] or 0)):
+    for _, run in sorted(newest(runs).items(), key=lambda item: _folder_order(*item[0])):
         try:
             said.append(_collect_run(repo, out, run, registration))
         except CollectError as error:
@@ -290,11 +290,17 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
             said.append(collect_archive(Path(path), out, repo, registration))
         except CollectError as error:
             failures.append(str(error))
-    said += [line for line in tokenizer_notes(out) if any(line.startswith(f"{s.split(':')[0]}:")
-                                                         for s in said if ": wrote" in s)]
+    written = {line.split(": ", 1)[0] for line in said if ": wrote " in line}  # labels of the runs written now
+    said += [note for label, note in tokenizer_notes(out).items() if label in written]
     if failures:
         raise CollectFailed(said, failures)
     return said
+
+
+def _folder_order(model: str, seed: int | None) -> tuple[str, bool, int]:
+    """The order `collect` writes the study's folders in: by model, its seeds ascending, its quick
+    runs' folder (seed None) last."""
+    return model, seed is None, seed or 0
 
 
 def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | None) -> str:
@@ -311,10 +317,10 @@ def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | N
     return _replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}", same, run.date, write)
 
 
-def tokenizer_notes(out: Path) -> list[str]:
-    """One line per SentencePiece run under `out` whose validation split has another number of
-    pieces than most SentencePiece runs (another tokenizer than the pipeline's: the report leaves
-    it out of the claims), starting with its label ("scribe_gamma seed 1: ...")."""
+def tokenizer_notes(out: Path) -> dict[str, str]:
+    """Per SentencePiece run under `out` tokenized by another SentencePiece than most
+    (`rnnlm.study.piece_counts`: the report leaves it out of the claims), its label ("scribe_gamma
+    seed 1") -> the line `collect` says of it. Folders whose metrics.json does not parse are skipped."""
     pieces: dict[str, int] = {}
     for path in sorted(out.glob("*/seed-*/metrics.json")):
         try:
@@ -324,10 +330,8 @@ def tokenizer_notes(out: Path) -> list[str]:
         if isinstance(metrics, dict) and metrics.get("tokens") == "sentencepiece" and \
                 isinstance(metrics.get("val_tokens"), int):
             pieces[f"{path.parent.parent.name} seed {path.parent.name.removeprefix('seed-')}"] = metrics["val_tokens"]
-    counts = {v: list(pieces.values()).count(v) for v in pieces.values()}
-    usual = min(counts, key=lambda v: (-counts[v], v)) if counts else None
-    return [f"{label}: another tokenizer ({n:,} validation pieces against {usual:,}): marked and left out of the "
-            "study's claims" for label, n in pieces.items() if n != usual]
+    return {label: f"{label}: {why}: marked and left out of the study's claims"
+            for label, why in other_tokenizer_runs(pieces).items()}
 
 
 def _label(run: Run) -> str:

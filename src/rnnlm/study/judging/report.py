@@ -42,6 +42,7 @@ from rnnlm.study.judging.figure import write_figure
 from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record
 from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table, verdict_lines
 from rnnlm.study.folders import in_study_order, load_runs
+from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.run_record import StudyRun
 from rnnlm.study.registration import Registration, RegistrationError
 from rnnlm.study.registration_git import current_registration, repository_of, trained_after
@@ -245,16 +246,10 @@ class Reading:
 
 
 def other_tokenizers(frame: pd.DataFrame) -> dict[tuple[str, int], str]:
-    """The SentencePiece runs whose validation split has another number of pieces than most
-    SentencePiece runs (the pipeline's tokenizer; the registration's `same_tokenizer`), each with why."""
-    pieces = frame.loc[frame["tokens"] == "sentencepiece", "val_tokens"].dropna()
-    if pieces.empty:
-        return {}
-    counts = pieces.value_counts()
-    usual = int(sorted(counts.index, key=lambda v: (-counts[v], v))[0])
-    return {(r.model, int(r.seed)): f"another tokenizer ({int(r.val_tokens):,} validation pieces against {usual:,})"
-            for r in frame.itertuples() if r.tokens == "sentencepiece" and r.val_tokens == r.val_tokens
-            and int(r.val_tokens) != usual}
+    """The SentencePiece runs of `frame` tokenized by another SentencePiece than most of them (the
+    pipeline's tokenizer; the registration's `same_tokenizer`), each with why (`rnnlm.study.piece_counts`)."""
+    counted = frame[(frame["tokens"] == "sentencepiece") & frame["val_tokens"].notna()]
+    return other_tokenizer_runs({(r.model, int(r.seed)): int(r.val_tokens) for r in counted.itertuples()})
 
 
 def confirmatory_runs(runs: list[StudyRun], registration: Registration, repo: Path) -> frozenset[tuple[str, int]]:

@@ -72,7 +72,10 @@ def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
     (tmp_path / "alpha").mkdir()
     with pytest.raises(RnnlmError, match="alpha: no seed-<seed> folder"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
-    (tmp_path / "alpha/seed-1").mkdir()
+    (tmp_path / "alpha/seed-01").mkdir()
+    with pytest.raises(RnnlmError, match=r"alpha/seed-01: not a seed folder; expected seed-<seed>"):
+        study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
+    (tmp_path / "alpha/seed-01").rename(tmp_path / "alpha/seed-1")
     with pytest.raises(RnnlmError, match=r"seed-1/params.yaml: missing; expected a folder written by"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
     assert not (tmp_path / "s.md").exists()

@@ -143,26 +143,37 @@ def _blocks(text: str) -> BlockTable:
 
 
 def load_runs(study_dir: Path) -> list[StudyRun]:
-    """Every run folder of `study_dir`: full-scale runs by model and seed, then quick runs."""
-    left = leftovers(study_dir) if study_dir.is_dir() else []
+    """Every run folder of `study_dir`: full-scale runs by model and seed, then quick runs; none when
+    there is no `study_dir`."""
+    if not study_dir.is_dir():
+        return []
+    left = leftovers(study_dir)
     if left:
         raise StudyFolderError(f"{left[0]}: left by an interrupted `collect`; run `python -m rnnlm.study collect` "
                                f"again to mend it, then report")
-    runs = []
-    for model in sorted(p for p in study_dir.iterdir() if p.is_dir() and p.name != QUICK) if study_dir.is_dir() else []:
-        seeds = [p for p in model.iterdir() if p.is_dir()]
-        if not seeds:
-            raise StudyFolderError(f"{model}: no seed-<seed> folder; expected a folder written by `study collect`")
-        for folder in seeds:
-            seed = folder.name.removeprefix("seed-")
-            if not seed.isdigit() or folder.name != seed_folder_name(int(seed)):
-                raise StudyFolderError(f"{folder}: not a seed folder; expected seed-<seed>, written by `study collect`")
-        for folder in sorted(seeds, key=lambda p: int(p.name.removeprefix("seed-"))):
-            runs.append(load_run(folder, model.name, int(folder.name.removeprefix("seed-")), quick=False))
-    quick = study_dir / QUICK
-    for folder in sorted(p for p in quick.iterdir() if p.is_dir()) if quick.is_dir() else []:
-        runs.append(load_run(folder, folder.name, None, quick=True))
-    return runs
+    full = [load_run(folder, model.name, seed, quick=False)
+            for model in _subfolders(study_dir) if model.name != QUICK
+            for seed, folder in _seed_folders(model)]
+    return full + [load_run(folder, folder.name, None, quick=True) for folder in _subfolders(study_dir / QUICK)]
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    """The folders directly inside `folder`, by name; none when `folder` is not one."""
+    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def _seed_folders(model: Path) -> list[tuple[int, Path]]:
+    """(seed, folder) for each folder of `model`, by seed; a StudyFolderError when it has none or one
+    not named seed-<seed>."""
+    seeds = []
+    for folder in _subfolders(model):
+        seed = folder.name.removeprefix("seed-")
+        if not seed.isdigit() or folder.name != seed_folder_name(int(seed)):
+            raise StudyFolderError(f"{folder}: not a seed folder; expected seed-<seed>, written by `study collect`")
+        seeds.append((int(seed), folder))
+    if not seeds:
+        raise StudyFolderError(f"{model}: no seed-<seed> folder; expected a folder written by `study collect`")
+    return sorted(seeds)
 
 
 def in_study_order(runs: list[StudyRun], models: list[str], pinned_seed: int) -> list[StudyRun]:

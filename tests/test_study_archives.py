@@ -45,8 +45,8 @@ def _archive(tmp_path: Path, model: str = "beta", seed: int = 2, stateful: float
 def test_an_archive_becomes_a_study_folder_with_provenance_naming_the_gpu(tmp_path):
     path = _archive(tmp_path)
     out = tmp_path / "study"
-    said = study_collect.collect_archive(path, out)
-    assert said == f"beta seed 2: wrote {out / 'beta/seed-2'} from archive beta-seed-2.tar.gz"
+    assert study_collect.collect_archive(path, out) == study_collect.Outcome(
+        "beta seed 2", f"wrote {out / 'beta/seed-2'} from archive beta-seed-2.tar.gz", new=True)
     folder = out / "beta/seed-2"
     assert sorted(p.name for p in folder.iterdir()) == sorted([*study_collect.FOLDER, "provenance.json"])
     record = json.loads((folder / "provenance.json").read_text())
@@ -58,7 +58,8 @@ def test_an_archive_becomes_a_study_folder_with_provenance_naming_the_gpu(tmp_pa
     run = study_folders.load_run(folder, "beta", 2, quick=False)  # what report reads
     assert run.where() == "cuda: NVIDIA H200"
     assert run.source() == f"archive beta-seed-2.tar.gz (benchmarks/gpu_check.py --study at {'a' * 7})"
-    assert study_collect.collect_archive(path, out) == "beta seed 2: up to date (archive beta-seed-2.tar.gz)"
+    assert study_collect.collect_archive(path, out) == study_collect.Outcome(
+        "beta seed 2", "up to date (archive beta-seed-2.tar.gz)", new=False)
 
 
 def test_an_archive_never_replaces_a_newer_run_and_a_newer_archive_replaces_an_older_one(tmp_path):
@@ -67,9 +68,10 @@ def test_an_archive_never_replaces_a_newer_run_and_a_newer_archive_replaces_an_o
     study_collect.collect_archive(old, out)
     (tmp_path / "later").mkdir()
     new = _archive(tmp_path / "later", stateful=2.1)
-    assert "wrote" in study_collect.collect_archive(new, out)
+    assert study_collect.collect_archive(new, out).new
     assert json.loads((out / "beta/seed-2/metrics.json").read_text())["stateful_bpc"] == 2.1
-    assert "kept the newer run" in study_collect.collect_archive(old, out)
+    kept = study_collect.collect_archive(old, out)
+    assert "kept the newer run" in kept.line and not kept.new
     assert json.loads((out / "beta/seed-2/metrics.json").read_text())["stateful_bpc"] == 2.1
 
 
@@ -83,6 +85,20 @@ def test_collect_takes_a_folder_of_archives_beside_the_repositorys_runs(tmp_path
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"beta seed {s}: wrote reports/study/beta/seed-{s} from archive "
                                         f"beta-seed-{s}.tar.gz" for s in (1, 2)]
+
+
+def test_collect_adds_a_runs_tokenizer_note_only_when_it_takes_the_run_in(tmp_path, monkeypatch):
+    """The note on a run of another tokenizer (`tokenizer_notes`) is said once, by the collect that
+    writes the run into its folder, not by every later collect that finds it up to date."""
+    repo, out = tmp_path / "repo", tmp_path / "study"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    first, second = _archive(tmp_path, "beta", 1), _archive(tmp_path, "beta", 2)
+    study_collect.collect(repo, out, [first])
+    monkeypatch.setattr(study_collect, "tokenizer_notes", lambda _: {"beta seed 1": "note 1", "beta seed 2": "note 2"})
+    said = study_collect.collect(repo, out, [first, second])
+    assert said == ["beta seed 1: up to date (archive beta-seed-1.tar.gz)",
+                    f"beta seed 2: wrote {out / 'beta/seed-2'} from archive beta-seed-2.tar.gz", "note 2"]
 
 
 def _tar(path: Path, files: dict[str, bytes]) -> Path:

@@ -36,7 +36,7 @@ import tarfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -74,6 +74,20 @@ def _machines(train: dict) -> dict[str, object]:
     """`machines` of the training metrics (each machine the run trained on, from which epoch: more
     than one where it resumed on another CPU or GEMM), where the run recorded them."""
     return {"machines": train["machines"]} if train.get("machines") else {}
+
+
+class Outcome(NamedTuple):
+    """What collecting one run did: the run's label ("astra_gamma seed 4"), what was done ("up to
+    date (...)", "wrote ..."), and whether the run was new to its folder (written where the folder
+    held no run or an older one)."""
+    label: str
+    done: str
+    new: bool
+
+    @property
+    def line(self) -> str:
+        """The line `collect` says of the run."""
+        return f"{self.label}: {self.done}"
 
 
 class CollectFailed(CollectError):
@@ -148,19 +162,19 @@ def run_files(repo: Path, run: Run) -> dict[str, str]:
 
 
 def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool], date: str,
-             write: Callable[[], None]) -> str:
+             write: Callable[[], None]) -> Outcome:
     """Write a run into `folder` through `write()` unless the folder holds it already (`same(held
-    provenance)`) or a newer run; returns the line `collect` prints."""
+    provenance)`) or a newer run; returns what was done."""
     held = _held(folder)
     if held is not None and same(held):
         if _complete(folder, held):
-            return f"{label}: up to date ({source})"
+            return Outcome(label, f"up to date ({source})", new=False)
         write()
-        return f"{label}: rewrote {folder}, which lacked some of its files, from {source}"
+        return Outcome(label, f"rewrote {folder}, which lacked some of its files, from {source}", new=False)
     if held is not None and "date" in held and _date(held["date"]) > datetime.fromisoformat(date):
-        return f"{label}: kept the newer run already in {folder} (found {source}, of {date})"
+        return Outcome(label, f"kept the newer run already in {folder} (found {source}, of {date})", new=False)
     write()
-    return f"{label}: wrote {folder} from {source}"
+    return Outcome(label, f"wrote {folder} from {source}", new=True)
 
 
 ARCHIVE_MADE_BY = "benchmarks/gpu_check.py --study"
@@ -233,9 +247,10 @@ def archive_paths(paths: list[Path]) -> list[Path]:
     return found
 
 
-def collect_archive(path: Path, out: Path, repo: Path = Path("."), registration: Registration | None = None) -> str:
+def collect_archive(path: Path, out: Path, repo: Path = Path("."),
+                    registration: Registration | None = None) -> Outcome:
     """Write the run in the archive at `path` (`read_archive`) into its study folder under `out`,
-    unless the folder holds it already or a newer run; returns the line `collect` prints. Its
+    unless the folder holds it already or a newer run; returns what was done. Its
     provenance is the archive's (the GPU, library versions, stage times, how many runs shared the
     GPU, that the checkpoint stayed behind) with the training metrics' device, processor, GEMM and
     seconds, the archive's name and checksum, and this command as the collector."""
@@ -280,18 +295,20 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     runs = find_runs(repo, refused)
     said += refused
     registration = current_registration(out) if registrations(out) else None
+    outcomes: list[Outcome] = []
     for _, run in sorted(newest(runs).items(), key=lambda item: _folder_order(*item[0])):
         try:
-            said.append(_collect_run(repo, out, run, registration))
+            outcomes.append(_collect_run(repo, out, run, registration))
         except CollectError as error:
             failures.append(str(error))
     for path in archives:
         try:
-            said.append(collect_archive(Path(path), out, repo, registration))
+            outcomes.append(collect_archive(Path(path), out, repo, registration))
         except CollectError as error:
             failures.append(str(error))
-    written = {line.split(": ", 1)[0] for line in said if ": wrote " in line}  # labels of the runs written now
-    said += [note for label, note in tokenizer_notes(out).items() if label in written]
+    notes = tokenizer_notes(out)
+    said += [outcome.line for outcome in outcomes]
+    said += [notes[outcome.label] for outcome in outcomes if outcome.new and outcome.label in notes]
     if failures:
         raise CollectFailed(said, failures)
     return said
@@ -303,9 +320,9 @@ def _folder_order(model: str, seed: int | None) -> tuple[str, bool, int]:
     return model, seed is None, seed or 0
 
 
-def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | None) -> str:
+def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | None) -> Outcome:
     """Write `run` (an experiment or commit of `repo`) into its folder of `out` unless the folder holds
-    it already (the same commit read under the same registration) or a newer run; the line it says."""
+    it already (the same commit read under the same registration) or a newer run; returns what was done."""
     folder, record = run.folder(out), provenance(repo, run, registration)
 
     def same(held: dict) -> bool:

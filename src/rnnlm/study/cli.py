@@ -31,7 +31,8 @@ import math
 from pathlib import Path
 
 from rnnlm.params import load_params, steps_scale_ok
-from rnnlm.study.campaign.collect import CollectFailed, archive_paths, collect
+from rnnlm.study.campaign.archive import archive_paths
+from rnnlm.study.campaign.collect import CollectFailed, collect
 from rnnlm.study.campaign.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.campaign.slurm import CONFIG, load_settings, run_slurm
 from rnnlm.study.campaign.status import status_lines

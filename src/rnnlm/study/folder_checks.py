@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 from rnnlm.errors import ParamsError
 from rnnlm.evaluation.blocks import BLOCK_CHARS
 from rnnlm.params import model_entry, parse_params
-from rnnlm.study.run_record import StudyRun
+from rnnlm.study.run_record import StudyRun, provenance_date
 
 
 def first_problem(run: StudyRun, names: frozenset[str]) -> tuple[str, str] | None:
@@ -50,7 +49,7 @@ def _problems(run: StudyRun, names: frozenset[str]) -> Iterator[tuple[str, str]]
                                      f"{run.train.get('epochs_planned')}")
     for name, what, expected in _shape_problems(run, names):
         yield (name, f"has {what}, expected {expected}")
-    if "date" in run.provenance and not _is_date(run.provenance["date"]):
+    if "date" in run.provenance and provenance_date(run.provenance["date"]) is None:
         yield ("provenance.json", f"has {run.provenance['date']!r} under date, expected an ISO 8601 date")
     numbers = [row.get("epoch") for row in run.epochs]
     if numbers != [float(e) for e in range(1, len(numbers) + 1)] or len(numbers) != run.train.get("epochs"):
@@ -160,14 +159,6 @@ COUNT = (0.0, 1e15, True)
 """A count (tokens, characters, parameters, steps): a positive whole number."""
 SECONDS = (0.0, 1e8, False)
 SHARE = (-1e-12, 1.0, False)
-
-def _is_date(value: object) -> bool:
-    try:
-        datetime.fromisoformat(str(value))
-    except ValueError:
-        return False
-    return True
-
 
 def _shape_problems(run: StudyRun, names: frozenset[str]):
     """What is not of the kind the report walks: (file, its value and where, what was expected)."""

@@ -8,6 +8,7 @@ Out: `StudyRun`, with the run's own params entry and where it trained, for the r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,12 @@ class StudyRun:
         if p.get("archive"):  # trained without DVC (a GPU machine), brought in by collect --archives
             return f"archive {p['archive']} ({p.get('run_by', '?')} at {str(p.get('commit', '?'))[:7]})"
         return f"{p.get('made_by', 'unknown')} at {str(p.get('commit', '?'))[:7]}"
+
+
+def provenance_date(value: object) -> datetime | None:
+    """A provenance's `date` (ISO 8601, as collect and gpu_check.py write it) as a datetime; None where
+    it is not one."""
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None

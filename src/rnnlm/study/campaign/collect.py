@@ -17,9 +17,9 @@ and problem, and makes `collect` exit non-zero, while the runs that pass are sti
 
 `--archives` also takes in runs trained where there is no DVC (a lent GPU machine):
 `benchmarks/gpu_check.py --study` packs each as `<model>-seed-<seed>.tar.gz` holding the same files
-and a provenance naming the GPU; `collect_archive` checks that its folder, params, training metrics
-and provenance name one run and writes it through the same swap, the archive's name and checksum
-in its provenance.
+and a provenance naming the GPU; `collect_archive` reads it (`rnnlm.study.campaign.archive`, which
+checks that its folder, params, training metrics and provenance name one run) and writes it through
+the same swap, the archive's name and checksum in its provenance.
 
 Everything else is read with git (`git for-each-ref`, `git show`), so the experiments need not be in
 the workspace: `dvc exp pull origin NAME` brings another machine's run here as a ref.
@@ -32,19 +32,20 @@ import fcntl
 import hashlib
 import json
 import sys
-import tarfile
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
+from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY, read_archive
 from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
-from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run, seed_folder_name
+from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration import Registration, registrations
 from rnnlm.study.registration_git import code_record, current_registration
+from rnnlm.study.run_record import provenance_date
 from rnnlm.study.campaign.swap import mend, write_folder
 
 COLLECTED_BY = "python -m rnnlm.study collect"
@@ -98,13 +99,6 @@ class CollectFailed(CollectError):
         self.said, self.failures = said, failures
 
 
-def _date(text: object) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-
-
 def _held(folder: Path) -> dict | None:
     """The provenance the folder holds, or None when it has none or a damaged one (not JSON, not a
     mapping, or a date that does not parse): such a folder is replaced like an empty one."""
@@ -113,7 +107,7 @@ def _held(folder: Path) -> dict | None:
         held = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError):
         return None
-    if not isinstance(held, dict) or ("date" in held and _date(held["date"]) is None):
+    if not isinstance(held, dict) or ("date" in held and provenance_date(held["date"]) is None):
         return None
     return held
 
@@ -171,80 +165,10 @@ def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool]
             return Outcome(label, f"up to date ({source})", new=False)
         write()
         return Outcome(label, f"rewrote {folder}, which lacked some of its files, from {source}", new=False)
-    if held is not None and "date" in held and _date(held["date"]) > datetime.fromisoformat(date):
+    if held is not None and "date" in held and provenance_date(held["date"]) > datetime.fromisoformat(date):
         return Outcome(label, f"kept the newer run already in {folder} (found {source}, of {date})", new=False)
     write()
     return Outcome(label, f"wrote {folder} from {source}", new=True)
-
-
-ARCHIVE_MADE_BY = "benchmarks/gpu_check.py --study"
-
-
-def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
-    """The run in `path`, a `<model>-seed-<seed>.tar.gz` written by `gpu_check.py --study` on a
-    machine without DVC: its folder inside (`<model>/seed-<seed>`), its study files (name -> text)
-    and its provenance. Anything else is refused in one line (`CollectError`)."""
-    def refuse(why: str) -> CollectError:
-        return CollectError(f"{path}: {why}; expected a <model>-seed-<seed>.tar.gz written by {ARCHIVE_MADE_BY}")
-
-    folder, texts = _archive_files(path, refuse)
-    unknown = set(texts) - set(FOLDER) - {"provenance.json"}
-    missing = {"params.yaml", "train_metrics.json", "metrics.json", "provenance.json"} - set(texts)
-    if unknown or missing:
-        raise refuse(f"{'holds ' + ', '.join(sorted(unknown)) if unknown else 'lacks ' + ', '.join(sorted(missing))}")
-    try:
-        params, train = yaml.safe_load(texts["params.yaml"]), json.loads(texts["train_metrics.json"])
-        record = json.loads(texts.pop("provenance.json"))
-    except (yaml.YAMLError, ValueError) as error:
-        raise refuse(f"a file does not parse ({type(error).__name__})") from None
-    _check_one_run(folder, params, train, record, refuse)
-    return folder, texts, record
-
-
-def _archive_files(path: Path, refuse: Callable[[str], CollectError]) -> tuple[str, dict[str, str]]:
-    """(its one folder, file name -> text) of the archive at `path`, which must hold plain files only,
-    all in one `<model>/seed-<seed>/` folder, all UTF-8; else the error `refuse` makes of why."""
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            odd = [m.name for m in tar.getmembers() if not (m.isfile() or m.isdir())]
-            if odd:
-                raise refuse(f"holds {odd[0]}, a link or special file, where only plain files belong")
-            members = [m for m in tar.getmembers() if m.isfile()]
-            folders = {str(PurePosixPath(m.name).parent) for m in members}
-            if len(folders) != 1 or any(PurePosixPath(m.name).is_absolute() or ".." in PurePosixPath(m.name).parts
-                                         or len(PurePosixPath(m.name).parts) != 3 for m in members):
-                raise refuse("does not hold exactly one <model>/seed-<seed>/ folder of files")
-            texts = {PurePosixPath(m.name).name: tar.extractfile(m).read().decode("utf-8") for m in members}
-    except FileNotFoundError:
-        raise CollectError(f"{path}: no such file; expected a <model>-seed-<seed>.tar.gz") from None
-    except (tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as error:
-        raise refuse(f"not a readable gzip'd tar archive ({type(error).__name__})") from None
-    return folders.pop(), texts
-
-
-def _check_one_run(folder: str, params: Any, train: Any, record: Any,
-                   refuse: Callable[[str], CollectError]) -> None:
-    """Raise what `refuse` makes unless the archive's params, training metrics and provenance are
-    mappings that name one run (model and seed), the one its `folder` is named for."""
-    for name, value in (("params.yaml", params), ("train_metrics.json", train), ("provenance.json", record)):
-        if not isinstance(value, dict):
-            raise refuse(f"its {name} holds {type(value).__name__}, not a mapping of fields")
-    model, seed, scale = params.get("model"), params.get("seed"), (params.get("train") or {}).get("steps_scale", 1.0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or not isinstance(scale, (int, float)) or \
-            isinstance(scale, bool) or _date(record.get("date")) is None:
-        raise refuse(f"its params' seed {seed!r} or train.steps_scale {scale!r}, or its provenance's date "
-                     f"{record.get('date')!r}, is not a run's (a whole seed, a number, an ISO 8601 date)")
-    if folder != f"{model}/{seed_folder_name(seed)}" or train.get("model") != model or record.get("model") != model:
-        raise refuse(f"its folder {folder}, params (model {model}, seed {seed}), training metrics and provenance "
-                     "do not name one run")
-
-
-def archive_paths(paths: list[Path]) -> list[Path]:
-    """The archives named: each file as it is, each folder's `*.tar.gz` in name order."""
-    found: list[Path] = []
-    for path in paths:
-        found += sorted(path.glob("*.tar.gz")) if path.is_dir() else [path]
-    return found
 
 
 def collect_archive(path: Path, out: Path, repo: Path = Path("."),

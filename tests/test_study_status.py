@@ -127,6 +127,14 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
 
 
 
+def test_the_live_line_times_an_epoch_by_the_median_so_a_stopped_epoch_does_not_stretch_the_time_to_go():
+    metrics = {"epochs_planned": 20, "epochs": 4, "val_loss": 1.45, "best_val_loss": 1.44}
+    epochs = [{"epoch": str(e), "seconds": str(s)} for e, s in ((1, 2426), (2, 793), (3, 807), (4, 855))]
+    assert study_status._live_line(metrics, epochs) == ("live: epoch 4/20, validation loss 1.4500 (best 1.4400), "
+                                                         "831 s an epoch, about 222 min to go")
+    assert study_status._live_line({"epochs": 4}, epochs) is None  # a report not of our writing
+
+
 def test_a_failed_run_with_a_resume_file_shows_how_far_it_got_and_how_to_go_on(repo, tmp_path, monkeypatch):
     """A run killed in the queue (`dvc queue kill`, or its stage's process) is listed Failed. Its
     workspace report stopped with it, so the line reads its resume file, not a live figure, and the

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -49,46 +51,56 @@ def _local_queue(repo: Path) -> QueueState | None:
         return None
 
 
-def _live(repo: Path) -> dict[tuple[str, int, float], str]:
-    """(model, seed, steps scale) -> the live line of each run training now: the train stage's report
-    marked unfinished, in DVC's temporary workspaces of queued experiments or in this one. A run cut
-    off and resumed leaves its old workspace behind (DVC removes it only when the run ends), so of
-    the reports of one run the newest written is the one read, finished or not: once the resumed run
-    has finished training, the old workspace's unfinished report is not live."""
-    found, written = {}, {}
+class _TrainReport(NamedTuple):
+    """One train stage report (reports/train/) as `_live` reads it."""
+    run: tuple[str, int, float]  # (model, seed, steps scale), from the params.yaml beside it
+    written: float  # its metrics.json's modification time
+    metrics: dict
+    epochs: list[dict]  # epochs.tsv's rows, one per epoch done
+
+
+def _train_reports(repo: Path) -> Iterator[_TrainReport]:
+    """Each readable train stage report in `repo`'s workspace and in DVC's temporary workspaces of
+    queued experiments; reports that cannot be read (missing or damaged files) are skipped."""
     for report in [repo / "reports/train", *sorted((repo / ".dvc/tmp/exps").glob("*/reports/train"))]:
         try:
-            mtime = (report / "metrics.json").stat().st_mtime
+            written = (report / "metrics.json").stat().st_mtime
             metrics = json.loads((report / "metrics.json").read_text(encoding="utf-8"))
             params = yaml.safe_load((report.parent.parent / "params.yaml").read_text(encoding="utf-8"))
             epochs = list(csv.DictReader((report / "epochs.tsv").read_text(encoding="utf-8").splitlines(),
                                          delimiter="\t")) if (report / "epochs.tsv").is_file() else []
-            key = (params["model"], int(params["seed"]), float((params.get("train") or {}).get("steps_scale", 1.0)))
+            run = (params["model"], int(params["seed"]), float((params.get("train") or {}).get("steps_scale", 1.0)))
         except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
             continue
-        if written.get(key, -1.0) > mtime:
-            continue
-        written[key] = mtime
-        found.pop(key, None)
-        if metrics.get("finished") is False:  # else the newest report is of a finished training: not live
-            try:
-                found[key] = _live_line(metrics, epochs)
-            except (KeyError, ValueError, TypeError):
-                continue  # a report not of our writing
-    return found
+        yield _TrainReport(run, written, metrics, epochs)
 
 
-def _live_line(metrics: dict, epochs: list[dict]) -> str:
+def _live(repo: Path) -> dict[tuple[str, int, float], str]:
+    """(model, seed, steps scale) -> the live line of each run training now: its newest train report
+    (`_train_reports`), where that report is marked unfinished. A run cut off and resumed leaves its
+    old workspace behind (DVC removes it only when the run ends), so only the newest report of a run
+    counts: once the resumed run has finished, the old workspace's unfinished report is not live."""
+    newest = {report.run: report for report in sorted(_train_reports(repo), key=lambda report: report.written)}
+    lines = {run: _live_line(report.metrics, report.epochs) for run, report in newest.items()
+             if report.metrics.get("finished") is False}
+    return {run: line for run, line in lines.items() if line is not None}
+
+
+def _live_line(metrics: dict, epochs: list[dict]) -> str | None:
     """The live figures of an unfinished train report (`metrics.json`, which then holds the epochs
-    planned, and the rows of `epochs.tsv`, one per epoch done)."""
-    planned = int(metrics["epochs_planned"])
-    if not epochs:
-        return f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
-    done = int(metrics.get("epochs", 0))
-    per_epoch = sum(float(row["seconds"]) for row in epochs) / len(epochs)
-    return (f"live: epoch {done}/{planned}, validation loss {metrics['val_loss']:.4f} (best "
-            f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
-            f"{(planned - done) * per_epoch / 60:.0f} min to go")
+    planned, and the rows of `epochs.tsv`, one per epoch done): the time to go is the epochs left at
+    the median epoch's seconds. None for a report not of our writing."""
+    try:
+        planned = int(metrics["epochs_planned"])
+        if not epochs:
+            return f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
+        done = int(metrics.get("epochs", 0))
+        per_epoch = statistics.median(float(row["seconds"]) for row in epochs)  # a stopped epoch counts once
+        return (f"live: epoch {done}/{planned}, validation loss {metrics['val_loss']:.4f} (best "
+                f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
+                f"{(planned - done) * per_epoch / 60:.0f} min to go")
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def _pushed(repo: Path, remote: str) -> set[str]:

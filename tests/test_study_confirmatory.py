@@ -211,7 +211,10 @@ def _edit_provenance(folder, edit):
     (lambda p: p["registration"].update(file="registration-9.yaml"),
      r"beta/seed-6/provenance.json: says its code does not descend from registration-9.yaml .* \(no such "
      r"registration\)"),
-], ids=["descends, says the folder", "a commit git lacks", "another registration"])
+    (lambda p: p["registration"].update(commit="1" * 40),
+     r"beta/seed-6/provenance.json: says its code does not descend from registration-1.yaml \(1111111\), which git "
+     r"does not bear out \(registration-1.yaml was added by \w{7}\)"),
+], ids=["descends, says the folder", "a commit git lacks", "another registration", "another commit"])
 def test_a_forged_provenance_stops_the_report(tmp_path, forge, message):
     """Seed 6 was trained before the registration: a folder that says otherwise, or names a commit git
     does not hold, is refused in one line; nothing is written."""

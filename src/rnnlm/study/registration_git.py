@@ -199,11 +199,10 @@ def _read_draft(draft: Path) -> tuple[str, dict[Any, dict[str, Any]]]:
                 entry.get("data_models", []), list):
             raise RegistrationError(f"{draft}: claims.{number}: expected a mapping whose rule_commits and data_models "
                                     "are lists")
-    for number, entry in raw["claims"].items():
-        for commit in entry.get("rule_commits", []):
-            if not isinstance(commit, str):  # YAML reads 1234567, or 0123456 (octal), as a number
-                raise RegistrationError(f"{draft}: claims.{number}.rule_commits: {commit!r} is read as a number; "
-                                        "expected each commit as text, quoted where it is all digits ('1234567')")
+        numbers = [commit for commit in entry.get("rule_commits", []) if not isinstance(commit, str)]
+        if numbers:  # YAML reads 1234567, or 0123456 (octal), as a number
+            raise RegistrationError(f"{draft}: claims.{number}.rule_commits: {numbers[0]!r} is read as a number; "
+                                    "expected each commit as text, quoted where it is all digits ('1234567')")
     return text, raw["claims"]
 
 
@@ -238,17 +237,30 @@ def trained_after(repo: Path, registration: Registration, seed: int, provenance:
                                 "expected the commit the run was trained on (a run of a registered seed is "
                                 "confirmatory only when git shows that commit descends from the registration)")
     if record is not None:
-        named = registration.path.parent / str(record.get("file"))
-        added = registering_commit(repo, named) if NAME.match(named.name) and named.is_file() else None
-        if added is None or record.get("commit") != added or \
-                record.get("code_descends") is not descends_from(repo, commit, added):
-            raise RegistrationError(
-                f"{where}: says its code {'descends' if record.get('code_descends') else 'does not descend'} from "
-                f"{record.get('file')} ({str(record.get('commit'))[:7]}), which git does not bear out"
-                + (" (no such registration)" if added is None else
-                   f" ({named.name} was added by {added[:7]})" if record.get("commit") != added else "")
-                + "; expected the record `collect` writes from git (collect the run again)")
+        _check_code_record(repo, registration, record, commit, where)
     return seed in registration.seeds and descends_from(repo, commit, registration.sealed_by)
+
+
+def _check_code_record(repo: Path, registration: Registration, record: dict[str, Any], commit: str,
+                       where: Path) -> None:
+    """Raise a RegistrationError naming `where` unless the `registration` record of a run's provenance
+    (`code_record`: file, commit, code_descends) says what git says of the registration file it names
+    and of the run's `commit`."""
+    named = registration.path.parent / str(record.get("file"))
+    added = registering_commit(repo, named) if NAME.match(named.name) and named.is_file() else None
+    if added is not None and record.get("commit") == added and \
+            record.get("code_descends") is descends_from(repo, commit, added):
+        return
+    if added is None:
+        which = " (no such registration)"
+    elif record.get("commit") != added:
+        which = f" ({named.name} was added by {added[:7]})"
+    else:
+        which = ""
+    said = "descends" if record.get("code_descends") else "does not descend"
+    raise RegistrationError(f"{where}: says its code {said} from {record.get('file')} "
+                            f"({str(record.get('commit'))[:7]}), which git does not bear out{which}; expected the "
+                            "record `collect` writes from git (collect the run again)")
 
 
 def code_record(repo: Path, registration: Registration | None, seed: int, commit: str) -> dict[str, object]:

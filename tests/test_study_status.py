@@ -412,6 +412,23 @@ def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, mo
     assert "live:" not in study_status.status_lines(repo, repo / "reports/study", ["astra_alpha"], [1], 1.0)[1]
 
 
+def test_a_queue_message_caught_while_it_is_written_is_read_again(tmp_path, monkeypatch):
+    """DVC's reader fails on a message file caught half-written; the next read, a moment later, is taken."""
+    replies = iter([ValueError("Unterminated string"), ValueError("Unterminated string"),
+                    [{"rev": "a" * 40, "name": "astra_gamma-seed4", "status": "Queued"}]])
+
+    def status(repo):
+        reply = next(replies)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    monkeypatch.setattr(dvc_queue, "_status", status)
+    monkeypatch.setattr(dvc_queue, "READ_PAUSE_S", 0.0)
+    assert dvc_queue.READ_TRIES == 3
+    assert dvc_queue._entries(tmp_path) == [{"rev": "a" * 40, "name": "astra_gamma-seed4", "status": "Queued"}]
+
+
 @pytest.mark.parametrize("message", [b'{"body": "cut sho', b"\x00\xff\xfe binary"], ids=["half-written", "binary"])
 def test_a_queue_message_that_does_not_parse_is_named_in_one_line(tmp_path, monkeypatch, message):
     """A message file DVC's own reader chokes on (kombu reads them as JSON) is read again, then named;

@@ -200,22 +200,27 @@ def _entries(repo: Path) -> list[dict]:
     """DVC's entries of the queue (rev, name, status, ...), as `dvc queue status` lists them; DVC's
     errors (no repository there) go up as DvcException, a message file that does not parse (after
     `READ_TRIES` reads) as QueueReadError naming it."""
+    for _ in range(READ_TRIES - 1):
+        try:
+            return _status(repo)
+        except ValueError:  # json's JSONDecodeError and UnicodeDecodeError are ValueErrors
+            time.sleep(READ_PAUSE_S)  # a message being written now is whole a moment later
+    try:
+        return _status(repo)
+    except ValueError as error:
+        broker = repo / EXPS / "celery" / "broker"
+        bad = next(iter(_unparsable_messages(broker)), broker)
+        raise QueueReadError(f"{bad}: a message of DVC's queue does not parse ({str(error).splitlines()[0]}); "
+                             "expected JSON written by DVC's queue: remove that file (`dvc queue status` fails on "
+                             "it too), then ask again") from None
+
+
+def _status(repo: Path) -> list[dict]:
+    """DVC's own reading of the queue (`dvc queue status`'s entries), which reads its message files."""
     from dvc.repo import Repo
 
-    for attempt in range(READ_TRIES):
-        try:
-            with Repo(str(repo)) as dvc_repo:
-                return dvc_repo.experiments.celery_queue.status()
-        except ValueError as error:  # json's JSONDecodeError and UnicodeDecodeError are ValueErrors
-            if attempt + 1 < READ_TRIES:
-                time.sleep(READ_PAUSE_S)
-                continue
-            broker = repo / EXPS / "celery" / "broker"
-            bad = next(iter(_unparsable_messages(broker)), broker)
-            raise QueueReadError(f"{bad}: a message of DVC's queue does not parse ({str(error).splitlines()[0]}); "
-                                 "expected JSON written by DVC's queue: remove that file (`dvc queue status` fails on "
-                                 "it too), then ask again") from None
-    raise AssertionError("unreachable")
+    with Repo(str(repo)) as dvc_repo:
+        return dvc_repo.experiments.celery_queue.status()
 
 
 def _unparsable_messages(broker: Path) -> list[Path]:

@@ -238,9 +238,9 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     batch_start = time.perf_counter()
 
-    labels = [f"{model}-seed-{seed}" if seed is not None else model for model, seed in runs]
-    labels = [label if labels.count(label) == 1 else f"{label}-copy-{labels[:i].count(label) + 1}"
-              for i, label in enumerate(labels)]  # the same run twice (to compare them) gets two names
+    copies = copy_suffixes(runs)
+    labels = [(f"{model}-seed-{seed}" if seed is not None else model) + copy
+              for (model, seed), copy in zip(runs, copies)]
 
     def one(index: int) -> str:
         (model, seed), label = runs[index], labels[index]
@@ -258,8 +258,7 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
                           "commit": _commit(), "made_by": "benchmarks/gpu_check.py --study"}
             if model in subword:  # the tokenizer this run trained on, as checked
                 provenance["tokenizer_sha256"] = tokenizer_hash(work)
-            archive = f"{model}-seed-{seed}" + label.partition("-copy")[1] + label.partition("-copy")[2]
-            pack(work, results / f"{archive}.tar.gz", f"{model}/seed-{seed}", provenance)
+            pack(work, results / f"{model}-seed-{seed}{copies[index]}.tar.gz", f"{model}/seed-{seed}", provenance)
         return (f"{label}: val {result['train']['val_loss']:.4f}, stateful {result['stateful_bpc']:.3f}, "
                 f"stateless {result['stateless_bpc']:.3f}, {time.perf_counter() - start:.0f} s "
                 f"(at {time.perf_counter() - batch_start:.0f} s)")
@@ -268,6 +267,12 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
         for said in pool.map(one, range(len(runs))):
             print(said, flush=True)
     print(f"{len(runs)} runs, {jobs} at a time: {time.perf_counter() - batch_start:.0f} s", flush=True)
+
+
+def copy_suffixes(runs: list[tuple[str, int | None]]) -> list[str]:
+    """Per run of `runs`, what its log's and archive's names end in: "-copy-K" for the K-th of a run
+    listed more than once (the same training twice, to compare them), "" for a run listed once."""
+    return [f"-copy-{runs[:i].count(run) + 1}" if runs.count(run) > 1 else "" for i, run in enumerate(runs)]
 
 
 def study_runs(names: list[str], seeds: list[int] | None) -> list[tuple[str, int | None]]:
@@ -292,10 +297,9 @@ def pack(work: Path, archive: Path, folder: str, provenance: dict[str, object]) 
     partial = archive.with_name(f".{archive.name}")
     with tarfile.open(partial, "w:gz") as tar:
         for name, path in OUTPUTS.items():
-            if (work / path).exists():  # the optional files (rnnlm.study.campaign.collect.OPTIONAL) may be missing
+            if (work / path).exists():  # the optional files (rnnlm.study.folders.OPTIONAL) may be missing
                 tar.add(work / path, arcname=f"{folder}/{name}")
-        for name in ("params.yaml",):
-            tar.add(work / name, arcname=f"{folder}/{name}")
+        tar.add(work / "params.yaml", arcname=f"{folder}/params.yaml")
         info = tarfile.TarInfo(f"{folder}/provenance.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))

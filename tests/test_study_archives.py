@@ -154,6 +154,11 @@ def test_gpu_check_names_runs_as_model_or_model_and_seed():
         gpu_check.study_runs(["leviathan:two"], None)
 
 
+def test_gpu_check_names_a_run_listed_twice_as_copies_and_a_run_listed_once_plainly():
+    runs = [("leviathan", 5), ("leviathan", 5), ("astra_gamma", None), ("leviathan", 6), ("leviathan", 5)]
+    assert gpu_check.copy_suffixes(runs) == ["-copy-1", "-copy-2", "", "", "-copy-3"]
+
+
 def test_gpu_check_stages_keep_the_carried_packages_on_their_path(monkeypatch):
     """The stages must import the carried (pinned) packages the checking process imports: the GPU
     image's own SentencePiece trains another tokenizer."""

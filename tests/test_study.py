@@ -15,7 +15,7 @@ import pytest
 from rnnlm.errors import RnnlmError
 from rnnlm.study.campaign import collect as study_collect
 from rnnlm.study.judging import report as study_report
-from rnnlm.study.folders import StudyFolderError, load_run
+from rnnlm.study.folders import StudyFolderError, folder_seed, load_run, seed_folder_name
 from tests.conftest import REPO_ROOT, shallow_clone
 from tests.study_repo import experiment, git, new_repo, study_params
 
@@ -79,6 +79,12 @@ def test_report_refuses_an_empty_study_and_an_incomplete_folder(tmp_path):
     with pytest.raises(RnnlmError, match=r"seed-1/params.yaml: missing; expected a folder written by"):
         study_report.report(tmp_path, tmp_path / "s.md", tmp_path / "s.png", str(REPO_ROOT / "params.yaml"))
     assert not (tmp_path / "s.md").exists()
+
+
+def test_a_seed_folder_is_read_back_only_under_the_name_collect_writes():
+    assert [folder_seed(Path("study/alpha") / seed_folder_name(seed)) for seed in (0, 7, 1337)] == [0, 7, 1337]
+    assert [folder_seed(Path("study/alpha") / name) for name in ("seed-07", "seed-x", "seed-", "quick", "7")] == \
+        [None] * 5
 
 
 @pytest.mark.skipif(shallow_clone(), reason="needs the repository's whole git history (the registration's commit)")

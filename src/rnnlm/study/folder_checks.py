@@ -160,6 +160,11 @@ COUNT = (0.0, 1e15, True)
 SECONDS = (0.0, 1e8, False)
 SHARE = (-1e-12, 1.0, False)
 
+def _mapping(value: object) -> dict:
+    """`value` where it is a mapping; an empty one where it is anything else (reported on its own)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _shape_problems(run: StudyRun, names: frozenset[str]):
     """What is not of the kind the report walks: (file, its value and where, what was expected)."""
     m = run.metrics
@@ -167,10 +172,10 @@ def _shape_problems(run: StudyRun, names: frozenset[str]):
         if m.get(curve) is not None and not isinstance(m[curve], dict):
             yield "metrics.json", f"{m[curve]!r} under {curve}", "a mapping"
     for curve in ("reset_curve_bpc", "reset_curve_nats_per_token", "context_curve_bpc"):
-        for k in m[curve] if isinstance(m.get(curve), dict) else ():
+        for k in _mapping(m.get(curve)):
             if not str(k).isdigit() and not (k == "never" and curve != "context_curve_bpc"):
                 yield "metrics.json", f"the key {k!r} in {curve}", "a whole number of tokens"
-    for mode, stats in (m.get("text") or {}).items() if isinstance(m.get("text"), dict) else ():
+    for mode, stats in _mapping(m.get("text")).items():
         if not isinstance(stats, dict):
             yield "metrics.json", f"{stats!r} under text.{mode}", "a mapping of statistics"
     p = run.provenance

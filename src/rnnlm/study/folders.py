@@ -64,6 +64,13 @@ def seed_folder_name(seed: int) -> str:
     return f"seed-{seed}"
 
 
+def folder_seed(folder: Path) -> int | None:
+    """The seed of a folder named as `seed_folder_name` names one ("seed-7": 7); None for any other
+    name ("seed-07", "seed-x", "quick")."""
+    seed = folder.name.removeprefix("seed-")
+    return int(seed) if seed.isdigit() and folder.name == seed_folder_name(int(seed)) else None
+
+
 def partial_folder(folder: Path) -> Path:
     return folder.with_name(f".{folder.name}.partial")
 
@@ -152,12 +159,12 @@ def load_runs(study_dir: Path) -> list[StudyRun]:
         raise StudyFolderError(f"{left[0]}: left by an interrupted `collect`; run `python -m rnnlm.study collect` "
                                f"again to mend it, then report")
     full = [load_run(folder, model.name, seed, quick=False)
-            for model in _subfolders(study_dir) if model.name != QUICK
+            for model in subfolders(study_dir) if model.name != QUICK
             for seed, folder in _seed_folders(model)]
-    return full + [load_run(folder, folder.name, None, quick=True) for folder in _subfolders(study_dir / QUICK)]
+    return full + [load_run(folder, folder.name, None, quick=True) for folder in subfolders(study_dir / QUICK)]
 
 
-def _subfolders(folder: Path) -> list[Path]:
+def subfolders(folder: Path) -> list[Path]:
     """The folders directly inside `folder`, by name; none when `folder` is not one."""
     return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
@@ -166,11 +173,11 @@ def _seed_folders(model: Path) -> list[tuple[int, Path]]:
     """(seed, folder) for each folder of `model`, by seed; a StudyFolderError when it has none or one
     not named seed-<seed>."""
     seeds = []
-    for folder in _subfolders(model):
-        seed = folder.name.removeprefix("seed-")
-        if not seed.isdigit() or folder.name != seed_folder_name(int(seed)):
+    for folder in subfolders(model):
+        seed = folder_seed(folder)
+        if seed is None:
             raise StudyFolderError(f"{folder}: not a seed folder; expected seed-<seed>, written by `study collect`")
-        seeds.append((int(seed), folder))
+        seeds.append((seed, folder))
     if not seeds:
         raise StudyFolderError(f"{model}: no seed-<seed> folder; expected a folder written by `study collect`")
     return sorted(seeds)

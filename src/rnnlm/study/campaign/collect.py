@@ -41,7 +41,7 @@ import yaml
 
 from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY, read_archive
 from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
-from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, load_run
+from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, folder_seed, load_run
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration import Registration, registrations
 from rnnlm.study.registration_git import code_record, current_registration
@@ -261,16 +261,18 @@ def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | N
 def tokenizer_notes(out: Path) -> dict[str, str]:
     """Per SentencePiece run under `out` tokenized by another SentencePiece than most
     (`rnnlm.study.piece_counts`: the report leaves it out of the claims), its label ("scribe_gamma
-    seed 1") -> the line `collect` says of it. Folders whose metrics.json does not parse are skipped."""
+    seed 1") -> the line `collect` says of it. Folders not named seed-<seed>, or whose metrics.json
+    does not parse, are skipped."""
     pieces: dict[str, int] = {}
     for path in sorted(out.glob("*/seed-*/metrics.json")):
         try:
             metrics = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(metrics, dict) and metrics.get("tokens") == "sentencepiece" and \
+        seed = folder_seed(path.parent)
+        if seed is not None and isinstance(metrics, dict) and metrics.get("tokens") == "sentencepiece" and \
                 isinstance(metrics.get("val_tokens"), int):
-            pieces[f"{path.parent.parent.name} seed {path.parent.name.removeprefix('seed-')}"] = metrics["val_tokens"]
+            pieces[f"{path.parent.parent.name} seed {seed}"] = metrics["val_tokens"]
     return {label: f"{label}: {why}: marked and left out of the study's claims"
             for label, why in other_tokenizer_runs(pieces).items()}
 

@@ -33,7 +33,7 @@ from rnnlm.errors import RnnlmError
 from rnnlm.study.campaign import dvc_queue
 from rnnlm.study.campaign.dvc_queue import QueueState
 from rnnlm.study.campaign.experiments import find_runs
-from rnnlm.study.folders import seed_folder_name
+from rnnlm.study.folders import folder_seed, subfolders
 
 
 class StudyError(RnnlmError):
@@ -86,12 +86,9 @@ def _after_an_idle_worker_exits(state: QueueState) -> QueueState:
 def held_runs(repo: Path, study_dir: Path, steps_scale: float) -> set[tuple[str, int]]:
     """The (model, seed) runs at `steps_scale` that are collected (full scale) or finished."""
     held = {(run.model, run.seed) for run in find_runs(repo) if run.steps_scale == steps_scale}
-    if steps_scale == 1.0 and study_dir.is_dir():
-        for model in study_dir.iterdir():
-            for folder in model.glob("seed-*") if model.is_dir() else ():
-                seed = folder.name.removeprefix("seed-")
-                if folder.is_dir() and seed.isdigit() and folder.name == seed_folder_name(int(seed)):
-                    held.add((model.name, int(seed)))
+    if steps_scale == 1.0:
+        held |= {(model.name, seed) for model in subfolders(study_dir)
+                 for seed in map(folder_seed, subfolders(model)) if seed is not None}
     return held
 
 

@@ -115,7 +115,9 @@ def _pushed(repo: Path, remote: str) -> set[str]:
 def _resume_files(folder: Path | None, steps_scale: float) -> dict[tuple[str, int], ResumeHeader]:
     """(model, seed) -> the newest readable resume file of that run at `steps_scale` in `folder`."""
     found: dict[tuple[str, int], ResumeHeader] = {}
-    for item in list_resume_files(folder) if folder is not None else []:  # newest first
+    if folder is None:
+        return found
+    for item in list_resume_files(folder):  # newest first
         if isinstance(item, ResumeHeader) and float(item["steps_scale"] or 1.0) == steps_scale:
             found.setdefault((item["model"], item["seed"]), item)
     return found
@@ -267,8 +269,10 @@ def _removal(local: QueueState, name: str) -> str:
 def _unlisted(local: QueueState | None) -> list[str]:
     """The runs training in the queue's worker that DVC no longer lists, and how to stop each: its
     worker takes no run in line before it ends."""
-    lines = []
-    for run in local.unlisted if local is not None else ():
+    lines: list[str] = []
+    if local is None:
+        return lines
+    for run in local.unlisted:
         lines += ["", f"{run.name} trains in DVC's queue, which no longer lists it (its entry was removed, but a "
                       "worker took its message); every run in line waits for it. To stop it (a resume file keeps "
                       f"its epochs): kill {' '.join(map(str, run.pids))}"]

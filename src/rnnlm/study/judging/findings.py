@@ -14,6 +14,7 @@ Out: a `Pass` per reading: *exploratory* (every run) and *confirmatory* (the con
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from rnnlm.study.judging.claims import CLAIMS, Judgement
@@ -72,23 +73,28 @@ def decide_claim(number: int, registered: RegisteredClaim, judged: Judgement, le
     waiting = waiting or {}
     rows = [c for c in judged.comparisons if c.measured and c.label not in waiting]
     t, exact = _decisions(rows, level)
-    grids: dict[str, list[tuple[float, Verdict]]] = {label: [] for label in (c.label for c in rows)}
-    sensitivity: dict[str, tuple[tuple[float, Verdict], ...]] = {}
-    for name, registered_rule in registered.rules.items():
-        if not any(c.rule_name == name for c in rows):
-            continue
-        claim_verdicts = []
-        for edge in registered_rule.grid:
-            at_edge, _ = _decisions(rows, level, {name: edge})
-            for c, d in zip(rows, at_edge):
-                if c.rule_name == name:
-                    grids[c.label].append((edge, d.verdict))
-            claim_verdicts.append((edge, by_form([d.verdict for d in at_edge], registered.form)))
-        sensitivity[name] = tuple(claim_verdicts)
+    grids: dict[str, list[tuple[float, Verdict]]] = {c.label: [] for c in rows}  # row -> (edge, its verdict)
+    sensitivity: dict[str, list[tuple[float, Verdict]]] = {}  # rule -> (edge, the claim's verdict)
+    for name, edge, at_edge in _at_each_edge(rows, level, registered):
+        for c, d in zip(rows, at_edge):
+            if c.rule_name == name:
+                grids[c.label].append((edge, d.verdict))
+        sensitivity.setdefault(name, []).append((edge, by_form([d.verdict for d in at_edge], registered.form)))
     decided = {c.label: replace(c, decision=d, exact_decision=e, grid=tuple(grids[c.label]))
                for c, d, e in zip(rows, t, exact)}
     comparisons = [decided.get(c.label, c) for c in judged.comparisons if c.label not in waiting]
-    return Finding(number, registered, replace(judged, comparisons=comparisons), tuple(waiting.items()), sensitivity)
+    return Finding(number, registered, replace(judged, comparisons=comparisons), tuple(waiting.items()),
+                   {name: tuple(verdicts) for name, verdicts in sensitivity.items()})
+
+
+def _at_each_edge(rows: list[Comparison], level: float,
+                  registered: RegisteredClaim) -> Iterator[tuple[str, float, list[Decision]]]:
+    """For each registered rule that judges one of `rows`, at each edge of its sensitivity grid:
+    (the rule's name, the edge, every row's decision with that rule moved to that edge)."""
+    for name, registered_rule in registered.rules.items():
+        if any(c.rule_name == name for c in rows):
+            for edge in registered_rule.grid:
+                yield name, edge, _decisions(rows, level, {name: edge})[0]
 
 
 def check_claims(registration: Registration) -> None:

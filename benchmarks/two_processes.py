@@ -129,7 +129,7 @@ def _launch(args, name: str, workload: str, copies: int, threads: int | None, ru
 
 
 def measure_pairs(args) -> list[dict]:
-    cores = os.cpu_count() or 1
+    """Per model and workload: the process alone, then two at once each way of `WAYS`."""
     rows = []
     for name in args.models:
         for workload in args.workloads:
@@ -140,19 +140,23 @@ def measure_pairs(args) -> list[dict]:
             for way in WAYS:
                 if way == "every core, no rule" and workload == "training":
                     continue  # at batch 64 no model's per-step product is under the threshold: the same run
-                threads = max(1, cores // 2) if way == "half the cores" else None
-                pair = _launch(args, name, workload, 2, threads, way != "every core, no rule",
-                               timeout=args.patience * alone_s * args.repeats + 30)
-                if pair is None:
-                    row[way] = {"finished": False, "after_s": round(args.patience * alone_s * args.repeats + 30, 1)}
-                    print(f"  {way}: not finished after {row[way]['after_s']} s", flush=True)
-                    continue
-                medians = [statistics.median(p["seconds"]) for p in pair]
-                row[way] = {"finished": True, "seconds": medians, "kept": [alone_s / m for m in medians],
-                            "threads": pair[0]["threads"]}
-                print(f"  {way}: " + ", ".join(f"{m:.3f} s ({alone_s / m:.0%})" for m in medians), flush=True)
+                row[way] = _pair(args, name, workload, way, alone_s)
             rows.append(row)
     return rows
+
+
+def _pair(args, name: str, workload: str, way: str, alone_s: float) -> dict:
+    """Two processes of `workload` at once, sharing the cores `way`: the median seconds of each and the
+    share of `alone_s` (the median of one alone) each kept; or, past the patience, that they did not finish."""
+    threads = max(1, (os.cpu_count() or 1) // 2) if way == "half the cores" else None
+    limit = args.patience * alone_s * args.repeats + 30
+    pair = _launch(args, name, workload, 2, threads, way != "every core, no rule", timeout=limit)
+    if pair is None:
+        print(f"  {way}: not finished after {limit:.1f} s", flush=True)
+        return {"finished": False, "after_s": round(limit, 1)}
+    medians = [statistics.median(p["seconds"]) for p in pair]
+    print(f"  {way}: " + ", ".join(f"{m:.3f} s ({alone_s / m:.0%})" for m in medians), flush=True)
+    return {"finished": True, "seconds": medians, "kept": [alone_s / m for m in medians], "threads": pair[0]["threads"]}
 
 
 ROUND_S = 0.05
@@ -170,6 +174,16 @@ def _calls_for(call, seconds: float, probe: int = 20) -> int:
     return max(probe, int(seconds / max((time.perf_counter() - begin) / probe, 1e-9)))
 
 
+def _us_per_call(call, calls: int, threads: int) -> float:
+    """Microseconds per call of `call`, over `calls` calls on `threads` threads after one untimed call."""
+    torch.set_num_threads(threads)
+    call()
+    begin = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - begin) / calls * 1e6
+
+
 def measure_crossover(args) -> list[dict]:
     """One per-step product timed on the calling thread and on the pool, alone (medians of rounds)."""
     compiled = backend.compiled_for(backend.CPU)
@@ -184,17 +198,10 @@ def measure_crossover(args) -> list[dict]:
             weight, x = torch.randn(gates * hidden, hidden), torch.randn(batch, hidden)
             product = compiled.NarrowProduct(weight, batch, 100)
             calls = _calls_for(lambda: product(x), ROUND_S)
-            timed = {1: [], pool: []}
-            for _ in range(5):
-                for threads in timed:
-                    torch.set_num_threads(threads)
-                    product(x)
-                    begin = time.perf_counter()
-                    for _ in range(calls):
-                        product(x)
-                    timed[threads].append((time.perf_counter() - begin) / calls * 1e6)
+            rounds = [(_us_per_call(lambda: product(x), calls, 1), _us_per_call(lambda: product(x), calls, pool))
+                      for _ in range(5)]  # the two in turn, round after round
             torch.set_num_threads(pool)
-            one, many = statistics.median(timed[1]), statistics.median(timed[pool])
+            one, many = (statistics.median(column) for column in zip(*rounds))
             rows.append({"hidden": hidden, "gates": gates, "batch": batch, "macs": batch * hidden * gates * hidden,
                          "calling_thread_us": one, "pool_us": many, "pool_threads": pool})
             print(f"H {hidden} x {gates}, B {batch}: {batch * hidden * gates * hidden:,} MACs: calling thread "

@@ -282,7 +282,7 @@ def test_sample_into_a_closed_pipe_ends_quietly_and_a_full_stdout_in_one_line(pi
                            "the same command again\n")
 
 
-def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, tmp_path):
+def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, tmp_path, in_process, monkeypatch):
     root = tmp_path / "copy"
     shutil.copytree(pipeline, root)
     _params(root, epochs=40)
@@ -294,11 +294,11 @@ def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, 
     process.wait(timeout=60)
     (resume,) = elsewhere.iterdir()
     assert read_header(resume)["model"] == "astra_alpha" and not list((root / ".resume").iterdir())
-    listed = subprocess.run([sys.executable, "-m", "rnnlm.study", "resume-files"], cwd=root,
-                            env={**_env(), "RNNLM_RESUME_DIR": str(elsewhere)}, capture_output=True, text=True)
+    monkeypatch.setenv("RNNLM_RESUME_DIR", str(elsewhere))
+    listed = in_process(["-m", "rnnlm.study", "resume-files"], root)
     assert "astra_alpha" in listed.stdout and "epoch 1/40" in listed.stdout and resume.name in listed.stdout
-    pruned = subprocess.run([sys.executable, "-m", "rnnlm.study", "resume-files", "--dir", str(elsewhere),
-                             "--prune-older-than", "0"], cwd=root, env=_env(), capture_output=True, text=True)
+    monkeypatch.delenv("RNNLM_RESUME_DIR")
+    pruned = in_process(["-m", "rnnlm.study", "resume-files", "--dir", elsewhere, "--prune-older-than", "0"], root)
     assert "(removed)" in pruned.stdout and not resume.exists()
 
 

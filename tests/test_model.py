@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -190,19 +188,14 @@ def test_summary_lists_parameters_and_total():
     assert "layers.0.cell.bias_rz" in text and "Embedding -> GRULayer -> Linear" in text
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rnnlm.describe", *args, "--prepared", "/nonexistent"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
-
-
-def test_summary_command():
-    done = _cli("leviathan")
+def test_summary_command(in_process):
+    done = in_process(["-m", "rnnlm.describe", "leviathan", "--prepared", "/nonexistent"], REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert "total parameters: 24,248,129" in done.stdout and "LayerNorm" in done.stdout
     assert "size: 92.50 MB as float32" in done.stdout
 
 
-def test_summary_command_unknown_model():
-    done = _cli("astra_delta")
+def test_summary_command_unknown_model(in_process):
+    done = in_process(["-m", "rnnlm.describe", "astra_delta", "--prepared", "/nonexistent"], REPO_ROOT)
     assert done.returncode == 2
     assert done.stderr.startswith("error: model: 'astra_delta' is not under models:; expected one of astra_alpha")

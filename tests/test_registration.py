@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -172,13 +171,7 @@ def test_sealing_records_the_registering_commit_once(repo):
         current_registration(repo / "reports/study")
 
 
-def _study(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "rnnlm.study", *args], cwd=cwd, capture_output=True, text=True)
-
-
-def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(repo, tmp_path):
+def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(repo, tmp_path, in_process):
     draft = tmp_path / "draft.yaml"
     draft.write_text("registration: 2\nlevel: 0.05\n")
     unlisted = tmp_path / "unlisted.yaml"
@@ -193,7 +186,7 @@ def test_register_refuses_what_is_no_draft_and_what_lies_outside_in_one_line(rep
             (["register", str(unlisted), "--out", "reports/study/registration-2.yaml"],
              "unlisted.yaml: claims.1: expected a mapping whose rule_commits and data_models are lists"),
             (["register", "--seal", str(outside)], "registration-1.yaml: outside the repository")):
-        done = _study(*args, cwd=repo)
+        done = in_process(["-m", "rnnlm.study", *args], repo)
         assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
         assert not (repo / "reports/study/registration-2.yaml").exists()
 

@@ -430,7 +430,7 @@ def test_a_queue_message_caught_while_it_is_written_is_read_again(tmp_path, monk
 
 
 @pytest.mark.parametrize("message", [b'{"body": "cut sho', b"\x00\xff\xfe binary"], ids=["half-written", "binary"])
-def test_a_queue_message_that_does_not_parse_is_named_in_one_line(tmp_path, monkeypatch, message):
+def test_a_queue_message_that_does_not_parse_is_named_in_one_line(tmp_path, monkeypatch, message, in_process):
     """A message file DVC's own reader chokes on (kombu reads them as JSON) is read again, then named;
     `dvc queue status` prints one line too, where we used to end in a JSONDecodeError traceback."""
     root = tmp_path / "repo"
@@ -447,6 +447,6 @@ def test_a_queue_message_that_does_not_parse_is_named_in_one_line(tmp_path, monk
         dvc_queue.read(root)
     if b"binary" not in message:
         return  # the command's one line, once
-    done = subprocess.run([sys.executable, "-m", "rnnlm.study", "status"], cwd=root, capture_output=True, text=True)
+    done = in_process(["-m", "rnnlm.study", "status"], root)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: .dvc/tmp/exps/celery/broker/in/1_a.msg: ")

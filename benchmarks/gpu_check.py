@@ -59,6 +59,7 @@ import training_speed  # noqa: E402
 from gpu_profile import profile  # noqa: E402
 
 from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
+from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY  # noqa: E402
 from rnnlm.study.folders import FOLDER  # noqa: E402
 
 from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
@@ -255,7 +256,7 @@ def study(runs: list[tuple[str, int | None]], corpus: Path, results: Path, log_d
             provenance = {**env, "model": model, "seed": seed, "wall_seconds": time.perf_counter() - start,
                           "stage_seconds": result["stage_seconds"], "steps_scale": steps_scale or 1.0,
                           "runs_sharing_the_gpu": jobs, "checkpoint": "left on the GPU machine",
-                          "commit": _commit(), "made_by": "benchmarks/gpu_check.py --study"}
+                          "commit": _commit(), "made_by": ARCHIVE_MADE_BY}
             if model in subword:  # the tokenizer this run trained on, as checked
                 provenance["tokenizer_sha256"] = tokenizer_hash(work)
             pack(work, results / f"{model}-seed-{seed}{copies[index]}.tar.gz", f"{model}/seed-{seed}", provenance)

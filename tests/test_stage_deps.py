@@ -200,10 +200,11 @@ def test_the_committed_lock_is_the_lock_of_this_tree():
     tracked = set(subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.split())
     stale = {}
     for stage, changes in json.loads(done.stdout or "{}").items():
-        for change in changes:
-            for kind in ("changed deps", "changed outs") if isinstance(change, dict) else ():
-                for path, how in change.get(kind, {}).items():
-                    is_tracked = path in tracked or any(name.startswith(f"{path}/") for name in tracked)
-                    if is_tracked and how != "not in cache":
-                        stale.setdefault(stage, []).append(f"{path}: {how}")
+        # each change is a mapping ({"changed deps": {path: how}, ...}) or a plain word ("always changed")
+        changed = [item for change in changes if isinstance(change, dict)
+                   for kind in ("changed deps", "changed outs") for item in change.get(kind, {}).items()]
+        for path, how in changed:
+            is_tracked = path in tracked or any(name.startswith(f"{path}/") for name in tracked)
+            if is_tracked and how != "not in cache":
+                stale.setdefault(stage, []).append(f"{path}: {how}")
     assert stale == {}, f"dvc.lock is stale (run `dvc repro` and commit dvc.lock): {stale}"

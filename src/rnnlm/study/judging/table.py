@@ -137,13 +137,11 @@ def run_figures(run: StudyRun) -> dict[str, float]:
 
 def runs_frame(runs: list[StudyRun]) -> pd.DataFrame:
     """One row per full-scale run, in the order of `runs`."""
-    rows = []
-    for run in (r for r in runs if not r.quick):
-        rows.append({"model": run.model, "seed": run.seed, "tokens": run.tokens, "cell": run.cell,
-                     "training": run.training,
-                     "machine": run.where(), "gemm": run.train.get("gemm") or "", "source": run.source(),
-                     "commit": str(run.provenance.get("commit") or ""), "val_tokens": run.metrics.get("val_tokens"),
-                     **run_figures(run)})
+    rows = [{"model": run.model, "seed": run.seed, "tokens": run.tokens, "cell": run.cell, "training": run.training,
+             "machine": run.where(), "gemm": run.train.get("gemm") or "", "source": run.source(),
+             "commit": str(run.provenance.get("commit") or ""), "val_tokens": run.metrics.get("val_tokens"),
+             **run_figures(run)}
+            for run in runs if not run.quick]
     return pd.DataFrame(rows, columns=["model", "seed", "tokens", "cell", "training", "machine", "gemm", "source",
                                        "commit", "val_tokens", *FIGURES])
 

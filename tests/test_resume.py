@@ -103,6 +103,19 @@ def test_listing_gives_newest_first(tmp_path):
     assert [h["model"] for h in list_resume_files(tmp_path)] == ["b", "a"]
 
 
+def test_listing_puts_unreadable_files_after_the_readable_and_a_missing_folder_has_none(tmp_path):
+    (tmp_path / "0-broken.pt").write_bytes(b"not a resume file")
+    write_resume_file(tmp_path / "a.pt", {"epoch": 1}, _fields("a", 1))
+    time.sleep(1.1)
+    write_resume_file(tmp_path / "b.pt", {"epoch": 2}, _fields("b", 2))
+    (tmp_path / "c-broken.pt").write_bytes(b"not one either")
+    found = list_resume_files(tmp_path)
+    assert [h["model"] for h in found[:2]] == ["b", "a"]
+    assert [str(e).split(":")[0] for e in found[2:]] == [str(tmp_path / "0-broken.pt"), str(tmp_path / "c-broken.pt")]
+    assert all(isinstance(e, ResumeFileError) for e in found[2:])
+    assert list_resume_files(tmp_path / "not yet made") == []
+
+
 @pytest.mark.parametrize("header, why", [
     (b"[1, 2]", "its header is not a mapping of fields"),
     (b'{"model": "a", "seed": 1, "key": "k", "epoch": 1, "epochs": 2, "sha256": "x", "bytes": 0}',

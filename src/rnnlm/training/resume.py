@@ -320,13 +320,20 @@ class ResumeStore:
 
 
 def list_resume_files(folder: Path) -> list[ResumeHeader | ResumeFileError]:
-    """Every resume file of `folder`, newest first; an unreadable one as its error."""
-    if folder.exists() and not folder.is_dir():
+    """Every resume file of `folder`: the readable ones newest first, then each unreadable one as its
+    error, in name order; none when the folder does not exist yet."""
+    if not folder.exists():
+        return []
+    if not folder.is_dir():
         raise ResumeFileError(f"{folder}: not a folder; expected the folder of resume files")
-    found: list[ResumeHeader | ResumeFileError] = []
-    for path in sorted(folder.glob("*.pt")) if folder.is_dir() else []:
+    headers: list[ResumeHeader] = []
+    errors: list[ResumeFileError] = []
+    for path in sorted(folder.glob("*.pt")):
         try:
-            found.append(read_header(path))
-        except (ResumeFileError, OSError) as error:
-            found.append(error if isinstance(error, ResumeFileError) else ResumeFileError(f"{path}: {error}"))
-    return sorted(found, key=lambda h: h["written"] if isinstance(h, ResumeHeader) else "", reverse=True)
+            headers.append(read_header(path))
+        except ResumeFileError as error:
+            errors.append(error)
+        except OSError as error:
+            errors.append(ResumeFileError(f"{path}: {error}"))
+    headers.sort(key=lambda header: header["written"], reverse=True)
+    return [*headers, *errors]

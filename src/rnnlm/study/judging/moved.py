@@ -49,18 +49,22 @@ def verdicts_moved(before: Record | None, after: Record) -> list[str]:
         return ["no earlier findings.json to compare with: every verdict is new"]
     if before.get("registration") != after.get("registration"):
         return ["the registration changed: verdicts under other rules are not compared"]
-    lines = []
+    lines: list[str] = []
     for key in _claims(after):
         number = key.split("_", 1)[1]
         for name in (EXPLORATORY, CONFIRMATORY):
-            new: Record = after[key][name]
-            old: Record = before.get(key, {}).get(name, {})
-            where = f"claim {number}, {name}"
-            if old.get("verdict") != new["verdict"]:
-                lines.append(f"{where}: {old.get('verdict', 'absent')} -> {new['verdict']}")
-            was, now = _rows(old), _rows(new)
-            for row, state in now.items():
-                if was.get(row) != state:
-                    lines.append(f"{where}, {row}: {was.get(row, 'absent')} -> {state}")
-            lines.extend(f"{where}, {row}: {state} -> absent" for row, state in was.items() if row not in now)
+            lines += _moved(f"claim {number}, {name}", before.get(key, {}).get(name, {}), after[key][name])
     return lines or [f"no verdict moved ({len(_claims(after))} claims, both passes, every row)"]
+
+
+def _moved(where: str, old: Record, new: Record) -> list[str]:
+    """What moved in one pass of one claim, named `where`: its verdict, then each row whose state
+    changed, appeared or went (`old` is empty when the pass is new)."""
+    lines = []
+    if old.get("verdict") != new["verdict"]:
+        lines.append(f"{where}: {old.get('verdict', 'absent')} -> {new['verdict']}")
+    was, now = _rows(old), _rows(new)
+    lines += [f"{where}, {row}: {was.get(row, 'absent')} -> {state}"
+              for row, state in now.items() if was.get(row) != state]
+    lines += [f"{where}, {row}: {state} -> absent" for row, state in was.items() if row not in now]
+    return lines

@@ -61,6 +61,8 @@ def allocator_table(records: list[dict]) -> str:
 
 def measure_allocator(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                       report: Report) -> list[dict]:
+    """The allocator section of `report`: each model's training step with freed memory given back
+    and kept, its table written, its records returned."""
     return per_model_section(
         report, f"## Training steps with freed memory given back (glibc's default) and kept, medians of {settings.repeats}",
         configs, lambda name, config: benchmark_allocator(name, config, settings, device),

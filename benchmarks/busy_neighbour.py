@@ -101,6 +101,9 @@ def _one(corpus: Path, model: str, scale: float, neighbour: str | None, policy: 
 
 
 def measure(corpus: Path, model: str, scale: float, rounds: int, policies: list[str]) -> dict[str, object]:
+    """Every (policy, neighbour) case trained `rounds` times, in turn round after round: a row per case
+    (median tokens per second, its share of the same policy alone, every run's rate, threads, and
+    whether every run's weights have the bits of the first run alone), with the model and scale."""
     runs: dict[tuple[str, str], list[dict[str, object]]] = {}
     for _ in range(rounds):
         for policy in policies:

@@ -63,6 +63,8 @@ def gemm_choices_table(records: list[dict]) -> str:
 
 def measure_gemm_choices(configs: dict[str, ModelConfig], settings: Settings, device: torch.device,
                          report: Report) -> list[dict]:
+    """The GEMM section of `report`: each model's training step under every GEMM choice beside the
+    rule's, its table written, its records returned."""
     return per_model_section(
         report, f"## Our training step under each GEMM choice (RNNLM_GEMM=LARGE:NARROW, medians of {settings.repeats})",
         configs, lambda name, config: benchmark_gemm_choices(name, config, settings, device), "compared GEMMs on",

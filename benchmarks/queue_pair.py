@@ -58,6 +58,9 @@ def _figures(lock: str, metrics: str) -> dict[str, object]:
 
 
 def measure(corpus: Path, model: str, seeds: list[int], scale: float, log) -> dict[str, object]:
+    """Each of `seeds` trained alone, then all queued at once (module docstring), in a temporary clone
+    whose commands write to `log`: a row per seed (both runs' figures, the share of its speed kept,
+    whether the checkpoints are equal) and the wall seconds of the queued runs together."""
     work = Path(tempfile.mkdtemp(prefix="queue-pair-"))
     try:
         repo = work / "repo"

@@ -83,6 +83,8 @@ class SamplingRow:
 
 
 def benchmark_sampling(name: str, config: ModelConfig, settings: Settings, device: torch.device) -> list[SamplingRow]:
+    """A row per batch width of `settings.sample_batches`: each sampler's characters per second at
+    `name`'s shape, from medians timed side by side."""
     rows = []
     for batch in settings.sample_batches:
         contenders = sampling_contenders(config, batch, settings.sample_tokens, device)
@@ -126,6 +128,8 @@ def sampling_table(records: list[dict]) -> str:
 
 def measure_sampling(configs: dict[str, ModelConfig], params, settings: Settings, device: torch.device,
                      report: Report) -> list[dict]:
+    """The sampling section of `report` for the character models of `configs` (`params` says which
+    they are): its table written, its records returned."""
     report.say(f"## Stateful sampling ({settings.sample_tokens} characters, medians of {settings.repeats})\n")
     samples = []
     for name, config in configs.items():

@@ -234,6 +234,8 @@ def training_table(records: list[dict]) -> str:
 
 def measure_training(configs: dict[str, ModelConfig], settings: Settings, device: torch.device, limit: Limit,
                      report: Report) -> list[dict]:
+    """The training-step section of `report` for every model of `configs`: its table and each
+    model's limit (the fastest square product, timed in its rounds) written, its records returned."""
     report.say(f"## Training step (batch {settings.batch}, {settings.seq_len} steps, medians of {settings.repeats})\n")
     rows = []
     for name, config in configs.items():

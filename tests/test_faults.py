@@ -296,7 +296,7 @@ def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, 
     assert read_header(resume)["model"] == "astra_alpha" and not list((root / ".resume").iterdir())
     monkeypatch.setenv("RNNLM_RESUME_DIR", str(elsewhere))
     listed = in_process(["-m", "rnnlm.study", "resume-files"], root)
-    assert "astra_alpha" in listed.stdout and "epoch 1/40" in listed.stdout and resume.name in listed.stdout
+    assert "astra_alpha" in listed.stdout and "1/40 epochs done" in listed.stdout and resume.name in listed.stdout
     monkeypatch.delenv("RNNLM_RESUME_DIR")
     pruned = in_process(["-m", "rnnlm.study", "resume-files", "--dir", elsewhere, "--prune-older-than", "0"], root)
     assert "(removed)" in pruned.stdout and not resume.exists()

@@ -49,13 +49,14 @@ def test_a_run_cut_off_with_its_session_says_how_far_it_got_and_how_to_go_on(rep
                                       1.0, resume_dir=resume)
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
     assert rows[("astra_gamma", "1337")].endswith("collected")
-    assert rows[("astra_gamma", "2")].endswith(f"interrupted; reached epoch 7/20, last on AMD EPYC, resume file {gamma}, "
+    assert rows[("astra_gamma", "2")].endswith(f"interrupted; reached 7/20 epochs done, last on AMD EPYC, resume file {gamma}, "
                                                "saved just now")
     assert rows[("astra_gamma", "3")].endswith("missing")
     assert rows[("leviathan", "1")].endswith(
-        "cut off: DVC's queue lists it running, but its process is gone (its session ended); reached epoch 3/20 "
-        f"+ 120 steps, last on Intel Xeon (family 6 model 207 stepping 2), resume file {levi}, saved just now")
-    assert [study_status._age(s) for s in (59, 600, 5400, 36_000)] == ["just now", "10 min ago", "1.5 h ago", "10.0 h ago"]
+        "cut off: DVC's queue lists it running, but its process is gone (its session ended); reached 3/20 epochs "
+        f"done + 120 steps, last on Intel Xeon (family 6 model 207 stepping 2), resume file {levi}, saved just now")
+    assert [study_status.age_words(s) for s in (59, 600, 5400, 36_000, 172_800)] == [
+        "just now", "10 min ago", "1.5 h ago", "10.0 h ago", "2.0 d ago"]
     assert lines[0].startswith("model        ") and rows[("astra_gamma", "1337")].startswith("astra_gamma   1337")
     assert rows[("leviathan", "2")].endswith("queued (DVC queue, 1 of 1 in line)")
     assert lines[-5:] == ["to continue the runs cut off (each resumes from its file, on this or another CPU):",
@@ -71,7 +72,7 @@ def test_a_running_entry_with_a_live_worker_is_running_and_nothing_needs_continu
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([running, Task("b" * 40, "leviathan-seed2",
                                                                                                "Queued")], 1))
     lines = study_status.status_lines(repo, repo / "reports/study", ["leviathan"], [1], 1.0, resume_dir=resume)
-    assert lines[1].split("  ")[-1].startswith("running (DVC queue); reached epoch 3/20")
+    assert lines[1].split("  ")[-1].startswith("running (DVC queue); reached 3/20 epochs done")
     assert len(lines) == 2
     # Its worker stopped taking runs (a half-read broker message): the queue behind waits for it to end.
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([running, Task("b" * 40, "leviathan-seed2",
@@ -121,7 +122,7 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
     assert rows[("astra_gamma", "5")].endswith("running (DVC queue); live: epoch 18/20, validation loss 1.5000 "
                                                "(best 1.2500), 600 s an epoch, about 20 min to go")
-    assert rows[("leviathan", "1")].endswith(f"(its session ended); reached epoch 3/20, last on AMD EPYC, "
+    assert rows[("leviathan", "1")].endswith(f"(its session ended); reached 3/20 epochs done, last on AMD EPYC, "
                                              f"resume file {levi}, saved just now")
     assert rows[("astra_gamma", "7")].endswith("running (DVC queue)")  # evaluating: no live figures
 
@@ -145,7 +146,7 @@ def test_a_failed_run_with_a_resume_file_shows_how_far_it_got_and_how_to_go_on(r
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
         [Task("a" * 40, "astra_gamma-seed7", "Failed")], 0))
     lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [7], 1.0, resume_dir=resume)
-    assert lines[1:] == [f"astra_gamma      7  failed (DVC queue); reached epoch 10/20, last on AMD EPYC, resume file "
+    assert lines[1:] == [f"astra_gamma      7  failed (DVC queue); reached 10/20 epochs done, last on AMD EPYC, resume file "
                          f"{gamma}, saved just now", "",
                          "to continue the runs cut off (each resumes from its file, on this or another CPU):",
                          f"  RNNLM_RESUME_DIR={resume} python -m rnnlm.study run --models astra_gamma --seed-list 7"]

@@ -35,16 +35,12 @@ from rnnlm.study.campaign.archive import archive_paths
 from rnnlm.study.campaign.collect import CollectFailed, collect
 from rnnlm.study.campaign.queue import StudyError, held_runs, run, seeds_wanted
 from rnnlm.study.campaign.slurm import CONFIG, load_settings, run_slurm
-from rnnlm.study.campaign.status import status_lines
+from rnnlm.study.campaign.status import age_words, epochs_done, status_lines
 from rnnlm.study.registration import SEALED
 from rnnlm.study.registration_git import seal, write_registration
 from rnnlm.study.judging.moved import read_findings, verdicts_moved
 from rnnlm.study.judging.report import report
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files, resume_folder
-
-
-def _age(seconds: float) -> str:
-    return f"{seconds / 86400:.1f} d" if seconds >= 86400 else f"{seconds / 3600:.1f} h"
 
 
 def resume_files(folder: Path, prune_older_than: float | None) -> list[str]:
@@ -55,13 +51,11 @@ def resume_files(folder: Path, prune_older_than: float | None) -> list[str]:
     found = list_resume_files(folder)
     if not found:
         return [f"no resume files in {folder}"]
-    lines = [f"{'model':<14} {'seed':>6} {'reached':<22} {'age':>7}  file"]
+    lines = [f"{'model':<14} {'seed':>6} {'reached':<30} {'saved':<11} file"]
     for item in found:
         if not isinstance(item, ResumeHeader):
             lines.append(f"unreadable: {item}")
             continue
-        reached = f"epoch {item['epoch']}/{item['epochs']}" + (f" + {item['step_in_epoch']} steps"
-                                                               if item["step_in_epoch"] else "")
         old = prune_older_than is not None and item.age_s() > prune_older_than * 86400
         if old:
             try:
@@ -69,8 +63,8 @@ def resume_files(folder: Path, prune_older_than: float | None) -> list[str]:
             except OSError as error:
                 raise StudyError(f"{item.path}: cannot be removed ({error.strerror}); expected a resume folder this "
                                  "user may write") from None
-        lines.append(f"{item['model']:<14} {item['seed']:>6} {reached:<22} {_age(item.age_s()):>7}  {item.path.name}"
-                     + ("  (removed)" if old else ""))
+        lines.append(f"{item['model']:<14} {item['seed']:>6} {epochs_done(item):<30} {age_words(item.age_s()):<11} "
+                     f"{item.path.name}" + ("  (removed)" if old else ""))
     return lines
 
 

@@ -123,19 +123,27 @@ def _resume_files(folder: Path | None, steps_scale: float) -> dict[tuple[str, in
     return found
 
 
-def _age(seconds: float) -> str:
+def epochs_done(header: ResumeHeader) -> str:
+    """How far a resume file's run got: "7/20 epochs done", and "+ 120 steps" for a file saved
+    within the next epoch. `status` and `resume-files` both say it so."""
+    steps = f" + {header['step_in_epoch']} steps" if header["step_in_epoch"] else ""
+    return f"{header['epoch']}/{header['epochs']} epochs done{steps}"
+
+
+def age_words(seconds: float) -> str:
+    """An age as a reader takes it in: "just now", then minutes, hours (from 90 min) and days (from 2 d)."""
     if seconds < 60:
         return "just now"
-    return f"{seconds / 60:.0f} min ago" if seconds < 5400 else f"{seconds / 3600:.1f} h ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago" if seconds < 172_800 else f"{seconds / 86400:.1f} d ago"
 
 
 def _progress(header: ResumeHeader) -> str:
     """How far the run got, where, and when it last saved (a file saved minutes ago may belong to a
     training still running in another checkout, which this repository's queue does not see)."""
-    steps = f" + {header['step_in_epoch']} steps" if header["step_in_epoch"] else ""
     where = f", last on {header['processor']}" if header["processor"] else ""
-    return (f"epoch {header['epoch']}/{header['epochs']}{steps}{where}, resume file {header.path}, "
-            f"saved {_age(header.age_s())}")
+    return f"{epochs_done(header)}{where}, resume file {header.path}, saved {age_words(header.age_s())}"
 
 
 @dataclass(frozen=True)

@@ -316,7 +316,7 @@ def _commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
     parser.add_argument("--out", type=Path, default=REPO / "reports/gpu/check.md", help="the report to write")
@@ -341,12 +341,38 @@ def main() -> None:
     parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
                         help="write --out from the JSON reports of a check split over several calls (no GPU needed)")
     parser.add_argument("--note", action="append", default=[], help="with --merge: a note for each part, in order")
+    return parser
+
+
+def _save(report: dict[str, object], out: Path) -> None:
+    """The check's report as markdown to `out` and as JSON beside it, each written whole or not at all."""
+    timing.save_report(markdown(report) + "\n", report, out, out.with_suffix(".json"))
+
+
+def _check(args: argparse.Namespace, precision: str, log) -> dict[str, object]:
+    """The check's parts not in `--skip` (tests, speed, pipeline), in turn; the report is saved first
+    (the machine) and after each part, so that a call cut off keeps what was done. A part that raises
+    is written under errors, and the others still run."""
+    report: dict[str, object] = {"environment": environment(), "precision": precision, "errors": {}}
+    _save(report, args.out)
+    parts = {"tests": lambda: run_tests(log), "speed": lambda: run_speed(args.models, args.repeats),
+             "pipeline": lambda: check_pipeline(args.corpus.resolve(), log, args.steps_scale)}
+    for key in (key for key in parts if key not in args.skip):
+        start = time.perf_counter()
+        try:
+            report[key] = parts[key]()
+        except Exception as error:  # noqa: BLE001 - one broken part must not hide the others' figures
+            report["errors"][key] = f"{type(error).__name__}: {error}"
+        print(f"{key}: {time.perf_counter() - start:.0f} s", flush=True)
+        _save(report, args.out)
+    return report
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
     if args.merge:
-        report = merge(args.merge, args.note)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown(report) + "\n")
-        args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        _save(merge(args.merge, args.note), args.out)
         return
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("error: no CUDA GPU here; this command checks a GPU machine (--dry-run tries its steps on the CPU)")
@@ -354,6 +380,8 @@ def main() -> None:
         sys.exit("error: --dry-run measures no speed; expected --skip speed with it")
     if not args.corpus.is_file():
         sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
+    if args.study and args.results is None:
+        parser.error("--study needs --results")
     precision = set_float32_precision(args.allow_tf32)
     log_path = args.log or args.out.with_suffix(".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,27 +390,10 @@ def main() -> None:
         return
     with open(log_path, "w") as log:
         if args.study:
-            if args.results is None:
-                parser.error("--study needs --results")
-            runs = study_runs(args.study, args.seeds)
-            study(runs, args.corpus.resolve(), args.results, log_path.with_name(f"{log_path.stem}-runs"), args.steps_scale,
-                  args.jobs, args.tokenizer_sha256)
+            study(study_runs(args.study, args.seeds), args.corpus.resolve(), args.results,
+                  log_path.with_name(f"{log_path.stem}-runs"), args.steps_scale, args.jobs, args.tokenizer_sha256)
             return
-        report: dict[str, object] = {"environment": environment(), "precision": precision, "errors": {}}
-        steps = {"tests": lambda: run_tests(log), "speed": lambda: run_speed(args.models, args.repeats),
-                 "pipeline": lambda: check_pipeline(args.corpus.resolve(), log, args.steps_scale)}
-        for key, fn in steps.items():
-            if key in args.skip:
-                continue
-            start = time.perf_counter()
-            try:
-                report[key] = fn()
-            except Exception as error:  # noqa: BLE001 - one broken part must not hide the others' figures
-                report["errors"][key] = f"{type(error).__name__}: {error}"
-            print(f"{key}: {time.perf_counter() - start:.0f} s", flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(markdown(report) + "\n")
-            args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        report = _check(args, precision, log)
     print(markdown(report))
 
 

@@ -196,6 +196,36 @@ def test_gpu_check_joins_a_check_split_over_two_calls(tmp_path):
     assert "- tests: 2026-11-26T01:17; beside five study runs" in text and "- speed: 2026-11-26T01:26" in text
 
 
+def test_gpu_check_writes_its_report_and_json_whole_from_the_command_line(tmp_path):
+    """`--merge` and a dry run with every part skipped each leave the markdown and its JSON twin
+    beside it, and no temporary behind."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    environment = {"date": "2026-11-26T01:17", "gpu": "NVIDIA H200", "gpu_memory": "141 GB", "driver": "580",
+                   "torch": "2.11", "cuda": "13.0", "cudnn": 91900, "python": "3.12", "cpu": "Xeon"}
+    part = {"environment": environment, "precision": "ieee", "errors": {},
+            "tests": {"summary": "35 passed", "exit_code": 0, "seconds": 30.0, "failures": []}}
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("text")
+    for out, extra in ((tmp_path / "merged" / "check.md", ["--merge", str(tmp_path / "part.json")]),
+                       (tmp_path / "dry" / "check.md", ["--dry-run", "--skip", "tests", "speed", "pipeline"])):
+        done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--out", str(out),
+                               *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert sorted(path.name for path in out.parent.iterdir()) == sorted(
+            ["check.json", "check.md"] + (["check.log"] if "--dry-run" in extra else []))
+        report = json.loads(out.with_suffix(".json").read_text())
+        assert out.read_text() == gpu_check_markdown(report) + "\n"
+    assert json.loads((tmp_path / "merged" / "check.json").read_text())["tests"] == part["tests"]
+
+
+def gpu_check_markdown(report: dict) -> str:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import gpu_check
+
+    return gpu_check.markdown(report)
+
+
 def test_gpu_check_environment_describes_the_machine_without_a_gpu():
     """The GPU check's first step runs on any machine: it names the CPU as the benchmark does."""
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))

@@ -209,6 +209,16 @@ def measure_crossover(args) -> list[dict]:
     return rows
 
 
+def _pair_cell(got: dict | None) -> str:
+    """One way's cell of the pairs table: each process's seconds and the share of its speed alone it
+    kept, or why there are none (the way is the rule itself, or the pair did not finish)."""
+    if got is None:
+        return "as with the rule (no product under it)"
+    if not got["finished"]:
+        return f"not finished after {got['after_s']} s"
+    return ", ".join(f"{s:.3f} s ({k:.0%})" for s, k in zip(got["seconds"], got["kept"]))
+
+
 def markdown(report: dict) -> str:
     lines = [f"# Two processes at once ({report['machine_line']})", "",
              f"Written by `benchmarks/two_processes.py` ({report['date']}). Medians of {report['repeats']} "
@@ -220,14 +230,7 @@ def markdown(report: dict) -> str:
         lines += ["| model | workload | alone | " + " | ".join(WAYS) + " |",
                   "|---|---|---|" + "---|" * len(WAYS)]
         for row in report["pairs"]:
-            cells = []
-            for way in WAYS:
-                got = row.get(way)
-                if got is None:
-                    cells.append("as with the rule (no product under it)")
-                    continue
-                cells.append(", ".join(f"{s:.3f} s ({k:.0%})" for s, k in zip(got["seconds"], got["kept"]))
-                             if got["finished"] else f"not finished after {got['after_s']} s")
+            cells = [_pair_cell(row.get(way)) for way in WAYS]
             lines.append(f"| {row['model']} | {row['workload']} | {row['alone_s']:.3f} s | " + " | ".join(cells) + " |")
         lines.append("")
     if report["crossover"]:

@@ -368,9 +368,9 @@ def _check(args: argparse.Namespace, precision: str, log) -> dict[str, object]:
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = _parser()
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.merge:
         _save(merge(args.merge, args.note), args.out)
         return

@@ -140,7 +140,7 @@ def markdown(report: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, required=True, help="a local copy of Tiny Shakespeare")
     parser.add_argument("--models", nargs="+", help="entries of params.yaml (default: all)")
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--log", type=Path, default=Path("/tmp/stage_times.log"), help="the stages' output")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not args.corpus.is_file():
         sys.exit(f"error: --corpus {args.corpus}: no such file; expected a local copy of Tiny Shakespeare")
     models = args.models or list(load_params(REPO / "params.yaml").models)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -20,6 +21,15 @@ import yaml
 from rnnlm.models.cells import CELLS
 
 from tests.conftest import REPO_ROOT
+
+
+def _benchmark_module(name: str):
+    """The script `benchmarks/NAME.py` imported as a module (the scripts import one another by name,
+    so their folder goes on the path, once)."""
+    folder = str(REPO_ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
 
 
 def _benchmark(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
@@ -108,8 +118,7 @@ def test_allocator_part_alone_times_both_steps_in_both_modes(tmp_path):
 
 
 def test_a_gemm_choice_applies_to_its_call_alone(gemm):
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gemm_choices
+    gemm_choices = _benchmark_module("gemm_choices")
     from rnnlm.compute import backend
 
     before = gemm("onednn")
@@ -119,42 +128,32 @@ def test_a_gemm_choice_applies_to_its_call_alone(gemm):
     assert backend.gemm_for(torch.device("cpu")) == before  # then put back
 
 
-def test_bad_repeats_is_a_clear_error():
-    result = _benchmark("--repeats", "0")
-    assert result.returncode == 2
-    assert "--repeats 0: expected a positive integer" in result.stderr
-
-
-def test_a_model_without_recurrence_is_refused():
-    result = _benchmark("--models", "bengio_mlp")
-    assert result.returncode == 2
-    assert "--models bengio_mlp: expected a recurrent model" in result.stderr
+@pytest.mark.parametrize("args, message", [
+    (["--repeats", "0"], "--repeats 0: expected a positive integer"),
+    (["--models", "bengio_mlp"], "--models bengio_mlp: expected a recurrent model")], ids=["repeats", "no recurrence"])
+def test_bad_options_are_a_clear_error(args, message, capsys):
+    with pytest.raises(SystemExit) as refused:
+        _benchmark_module("speed").main(["--quick", *args])
+    assert refused.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_gpu_check_refuses_a_machine_without_a_gpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    gpu_check = _benchmark_module("gpu_check")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("text")
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--out",
-                           str(tmp_path / "check.md")], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1] == ("error: no CUDA GPU here; this command checks a GPU machine "
-                                                    "(--dry-run tries its steps on the CPU)")
-    assert not (tmp_path / "check.md").exists()
-    dry = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--dry-run", "--out",
-                          str(tmp_path / "check.md")], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert dry.returncode != 0
-    assert dry.stderr.strip().splitlines()[-1] == "error: --dry-run measures no speed; expected --skip speed with it"
-    assert not (tmp_path / "check.md").exists()
+    for extra, message in (([], "error: no CUDA GPU here; this command checks a GPU machine (--dry-run tries its "
+                                "steps on the CPU)"),
+                           (["--dry-run"], "error: --dry-run measures no speed; expected --skip speed with it")):
+        with pytest.raises(SystemExit) as refused:
+            gpu_check.main(["--corpus", str(corpus), "--out", str(tmp_path / "check.md"), *extra])
+        assert refused.value.code == message
+        assert not (tmp_path / "check.md").exists()
 
 
 def test_gpu_check_report_names_the_machine_and_every_figure():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
+    gpu_check = _benchmark_module("gpu_check")
 
     row = {"model": "astra_gamma", "implementation": "ours (graph)", "ms_per_step": 21.2, "tokens_per_second": 386126,
            "x_step_by_step": 22.4, "x_cudnn": 0.88, "peak_mb": 0.0}
@@ -175,8 +174,7 @@ def test_gpu_check_report_names_the_machine_and_every_figure():
 def test_gpu_check_joins_a_check_split_over_two_calls(tmp_path):
     """Tests and pipeline from one device call, the speed table from another: one report with every
     section, the newer environment, and each part's date and note."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
+    gpu_check = _benchmark_module("gpu_check")
 
     env = {"gpu": "NVIDIA H200", "gpu_memory": "141 GB", "driver": "580", "torch": "2.11", "cuda": "13.0",
            "cudnn": 91900, "python": "3.12", "cpu": "Xeon"}
@@ -196,10 +194,10 @@ def test_gpu_check_joins_a_check_split_over_two_calls(tmp_path):
     assert "- tests: 2026-11-26T01:17; beside five study runs" in text and "- speed: 2026-11-26T01:26" in text
 
 
-def test_gpu_check_writes_its_report_and_json_whole_from_the_command_line(tmp_path):
+def test_gpu_check_writes_its_report_and_json_whole(tmp_path):
     """`--merge` and a dry run with every part skipped each leave the markdown and its JSON twin
     beside it, and no temporary behind."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    gpu_check = _benchmark_module("gpu_check")
     environment = {"date": "2026-11-26T01:17", "gpu": "NVIDIA H200", "gpu_memory": "141 GB", "driver": "580",
                    "torch": "2.11", "cuda": "13.0", "cudnn": 91900, "python": "3.12", "cpu": "Xeon"}
     part = {"environment": environment, "precision": "ieee", "errors": {},
@@ -209,27 +207,17 @@ def test_gpu_check_writes_its_report_and_json_whole_from_the_command_line(tmp_pa
     corpus.write_text("text")
     for out, extra in ((tmp_path / "merged" / "check.md", ["--merge", str(tmp_path / "part.json")]),
                        (tmp_path / "dry" / "check.md", ["--dry-run", "--skip", "tests", "speed", "pipeline"])):
-        done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--out", str(out),
-                               *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
+        gpu_check.main(["--corpus", str(corpus), "--out", str(out), *extra])
         assert sorted(path.name for path in out.parent.iterdir()) == sorted(
             ["check.json", "check.md"] + (["check.log"] if "--dry-run" in extra else []))
         report = json.loads(out.with_suffix(".json").read_text())
-        assert out.read_text() == gpu_check_markdown(report) + "\n"
+        assert out.read_text() == gpu_check.markdown(report) + "\n"
     assert json.loads((tmp_path / "merged" / "check.json").read_text())["tests"] == part["tests"]
-
-
-def gpu_check_markdown(report: dict) -> str:
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
-
-    return gpu_check.markdown(report)
 
 
 def test_gpu_check_environment_describes_the_machine_without_a_gpu():
     """The GPU check's first step runs on any machine: it names the CPU as the benchmark does."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
+    gpu_check = _benchmark_module("gpu_check")
     from rnnlm.compute import cpu
 
     env = gpu_check.environment()
@@ -238,9 +226,8 @@ def test_gpu_check_environment_describes_the_machine_without_a_gpu():
 
 
 def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
-    import pipeline_runs
+    gpu_check = _benchmark_module("gpu_check")
+    pipeline_runs = _benchmark_module("pipeline_runs")
 
     commands = pipeline_runs.stage_commands()
     assert [c[0] for c in commands] == [f"stages/{s}.py" for s in
@@ -256,8 +243,7 @@ def test_training_products_alone_does_every_product_of_a_step_and_no_other(cell)
     """In float64 every product is a plain ATen one, which the FLOP counter sees: the closure's
     products must add up to three times the forward pass's multiply-adds (forward, input gradients,
     weight gradients), counted here from the model's shapes."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import training_speed
+    training_speed = _benchmark_module("training_speed")
     from torch.utils.flop_counter import FlopCounterMode
 
     from rnnlm.models.config import ModelConfig
@@ -285,10 +271,8 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
     """The benchmarks learn what they need of a cell from its spec: the test's softsign cell, which
     PyTorch has no layer of and the study no step-by-step cell, gets ours, its products alone and
     the limit, with dashes where a reference would be; a cell with loops also its autograd scan."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import sampling_speed
-    import timing
-    import training_speed
+    sampling_speed, timing, training_speed = (_benchmark_module(name) for name in
+                                              ("sampling_speed", "timing", "training_speed"))
 
     from rnnlm.models.config import ModelConfig
 
@@ -307,7 +291,7 @@ def test_a_cell_without_references_is_timed_beside_its_products_alone():
     assert "| softsign | 1 | — |" in sampled
 
 
-def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_options():
+def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_options(capsys):
     """The one-call GPU script cannot be run here; it must at least parse, and every option it passes
     to gpu_check.py, stage_times.py and seed_streams.py (a command's continued lines included) must
     be one that script takes."""
@@ -317,8 +301,9 @@ def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_option
     checked = set()
     for name in ("gpu_check.py", "stage_times.py", "seed_streams.py"):
         passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(c for c in commands if f"benchmarks/{name}" in c)))
-        help_text = subprocess.run([sys.executable, f"benchmarks/{name}", "--help"], cwd=REPO_ROOT,
-                                   capture_output=True, text=True).stdout
+        with pytest.raises(SystemExit):
+            _benchmark_module(name.removesuffix(".py")).main(["--help"])
+        help_text = capsys.readouterr().out
         assert passed and all(option in help_text for option in passed), (name, passed)
         checked |= passed
     assert {"--study", "--full-evaluation", "--models", "--json"} <= checked
@@ -378,8 +363,7 @@ def test_gpu_prepare_refuses_a_wrong_corpus_and_an_uncommitted_tree(tmp_path):
 def test_the_tokenizer_hash_is_the_data_stages_own_and_repeats(tmp_path):
     """What a lent machine's tokenizer is held to: the data stages run in a scratch copy, the hash of
     the SentencePiece model they wrote; the same in a second copy, another for another vocabulary."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import pipeline_runs
+    pipeline_runs = _benchmark_module("pipeline_runs")
     from tests.conftest import sha256_of, synthetic_play
 
     corpus = tmp_path / "corpus.txt"
@@ -413,25 +397,20 @@ def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, 
     """Without the CPU's tokenizer hash, or with one the machine's data stages do not reproduce, a
     study call naming a SentencePiece model ends in one line before anything trains, the character
     models of the same call included."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
+    gpu_check = _benchmark_module("gpu_check")
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("text")
     results = tmp_path / "results"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    unpinned = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--corpus", str(corpus), "--dry-run",
-                               "--study", "astra_alpha:5", "scribe_alpha:5", "--results", str(results),
-                               "--log", str(tmp_path / "study.log")],
-                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert unpinned.returncode != 0
-    assert unpinned.stderr.strip().splitlines()[-1] == (
+    with pytest.raises(SystemExit) as unpinned:
+        gpu_check.main(["--corpus", str(corpus), "--dry-run", "--study", "astra_alpha:5", "scribe_alpha:5",
+                        "--results", str(results), "--log", str(tmp_path / "study.log")])
+    assert unpinned.value.code == (
         "error: --study scribe_alpha: a SentencePiece model; expected --tokenizer-sha256 (the CPU's tokenizer, "
         ".gpu/tokenizer.sha256 from benchmarks/gpu_prepare.sh); nothing trained")
     assert not list(results.iterdir())
 
-    import pipeline_runs
-
+    pipeline_runs = _benchmark_module("pipeline_runs")
     monkeypatch.setattr(pipeline_runs, "tokenizer_sha256", lambda corpus, work, log: "b" * 64)
     monkeypatch.setattr(gpu_check, "run_stages", lambda *args, **kwargs: pytest.fail("a run trained"))
     with pytest.raises(SystemExit) as refused:
@@ -444,8 +423,7 @@ def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, 
 
 
 def test_the_stage_times_table_names_every_stage_and_part():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import stage_times
+    stage_times = _benchmark_module("stage_times")
 
     parts = {p: {"wall_s": 0.5, "cpu_s": 1.0} for p in stage_times.EVALUATE_PARTS}
     row = {"model": "leviathan", "wall_s": 151.0,
@@ -463,9 +441,7 @@ def test_the_stage_times_table_names_every_stage_and_part():
 def test_a_full_evaluation_is_timed_on_a_model_trained_one_step():
     """--full-evaluation rewrites only the chosen entry's epochs and steps (comments and every other
     entry as they were), and its table gives each evaluate part's seconds."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import stage_times
-    import yaml
+    stage_times = _benchmark_module("stage_times")
 
     text = (REPO_ROOT / "params.yaml").read_text()
     changed = stage_times.one_step_entry(text, "astra_gamma")
@@ -499,8 +475,7 @@ def test_two_processes_times_each_way_and_the_crossover(tmp_path):
 
 
 def test_two_processes_table_says_which_pairs_did_not_finish():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import two_processes
+    two_processes = _benchmark_module("two_processes")
 
     row = {"model": "m", "workload": "training", "alone_s": 1.0,
            "every core": {"finished": False, "after_s": 36.0},
@@ -514,8 +489,7 @@ def test_two_processes_table_says_which_pairs_did_not_finish():
 def test_build_time_times_both_ways_in_turn_and_reports_their_ratio(monkeypatch, tmp_path):
     """`build_time.py`: each round builds one unit, then the units apart (a fresh process and an
     empty cache each, faked here: a real build is a minute), and the report gives medians and ratios."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import build_time
+    build_time = _benchmark_module("build_time")
 
     seconds = {True: iter([(40.0, 39.0), (50.0, 47.0), (44.0, 45.0)]),
                False: iter([(120.0, 240.0), (140.0, 250.0), (130.0, 260.0)])}
@@ -534,8 +508,7 @@ def test_build_time_times_both_ways_in_turn_and_reports_their_ratio(monkeypatch,
 
 
 def test_a_failed_build_is_named_by_the_build_time_benchmark(monkeypatch):
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import build_time
+    build_time = _benchmark_module("build_time")
 
     monkeypatch.setattr(build_time.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
         a, 1, stdout="", stderr="ninja: build stopped\nError building extension 'x'\n"))
@@ -546,8 +519,7 @@ def test_a_failed_build_is_named_by_the_build_time_benchmark(monkeypatch):
 def test_busy_neighbour_keeps_each_policys_share_and_says_when_bits_differ(monkeypatch):
     """Each case against its own policy alone, medians over rounds, and the bits against the first run
     alone (a stand-in training: what the benchmark makes of the figures, not the machine's speed)."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import busy_neighbour
+    busy_neighbour = _benchmark_module("busy_neighbour")
 
     rates = iter([100, 50, 40, 90, 80, 85, 110, 60, 30, 95, 70, 90])  # round by round: policy, then case
     monkeypatch.setattr(busy_neighbour, "_one", lambda corpus, model, scale, code, policy: {

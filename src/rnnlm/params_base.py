@@ -125,7 +125,12 @@ class DuplicateKey(yaml.YAMLError):
     """A mapping names one key twice: PyYAML keeps the last silently, DVC (ruamel) refuses the file."""
 
 
-class _Yaml12Loader(yaml.SafeLoader):
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader on libyaml's parser where PyYAML was built with it (its wheels are): the same
+documents, read about ten times faster (the study reads a params.yaml per run)."""
+
+
+class _Yaml12Loader(_SafeLoader):
     """PyYAML's safe loader, reading `3e-3` as a float as YAML 1.2 (and so DVC) does, and refusing a
     mapping that names a key twice, as DVC's reader does; merge keys (`<<: *alpha`) are read, as DVC
     reads them."""

@@ -223,6 +223,7 @@ def test_a_name_with_a_failed_entry_and_a_queued_one_is_removed_by_task_id(repo)
     subprocess.run(["dvc", "queue", "remove", "-q", queued], cwd=repo, check=True)
     assert dvc_queue.read(repo).tasks == []
 
+
 def test_the_queue_is_read_from_its_files_and_its_processes_records(monkeypatch, tmp_path):
     """Which runs and workers are alive comes from dvc-task's records (a pid each), checked against
     the processes running now: a live process whose command line names the run; not a dead one, not

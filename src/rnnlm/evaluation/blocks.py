@@ -21,11 +21,12 @@ import csv
 import io
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from rnnlm.atomic import write_text_atomic
+
+if TYPE_CHECKING:  # the sums use the tensors' own methods: reading a table (the study) needs no PyTorch
+    from torch import Tensor
 
 BLOCK_CHARS = 2048
 """Characters per block: long enough that a block's loss is a sum over a few paragraphs of the play
@@ -46,7 +47,7 @@ class BlockTable:
 
 def token_starts(lengths: Tensor) -> Tensor:
     """Each token's first character's offset in the text: (n,) int64 from the (n,) decoded lengths."""
-    return torch.cumsum(lengths, 0) - lengths
+    return lengths.cumsum(0) - lengths
 
 
 def block_sums(lengths: Tensor, text_chars: int, losses: dict[str, Tensor]) -> BlockTable:
@@ -60,11 +61,12 @@ def block_sums(lengths: Tensor, text_chars: int, losses: dict[str, Tensor]) -> B
     predicted = lengths[1:]
 
     def summed(values: Tensor) -> Tensor:
-        return torch.zeros(blocks, dtype=torch.float64).index_add_(0, which, values.detach().cpu().double())
+        values = values.detach().cpu().double()  # (n - 1,) float64
+        return values.new_zeros(blocks).index_add_(0, which, values)  # (blocks,) float64
 
     return BlockTable(first_char=list(range(0, text_chars, BLOCK_CHARS)),
                       chars=[int(x) for x in summed(predicted).tolist()],
-                      tokens=[int(x) for x in summed(torch.ones_like(predicted)).tolist()],
+                      tokens=[int(x) for x in summed(predicted.new_ones(predicted.shape)).tolist()],
                       nats={name: summed(values).tolist() for name, values in losses.items()})
 
 

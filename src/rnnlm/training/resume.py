@@ -24,6 +24,10 @@ names, or else the stage's own folder argument (`.resume`) taken relative to the
 repository. A queued DVC experiment runs in a temporary copy of the repository under
 `<repo>/.dvc/tmp/exps/`, which DVC deletes when the run fails: a resume file kept there would be
 lost with it, so it goes to `<repo>/.resume/` instead, where the re-queued run finds it.
+
+PyTorch is imported by the functions that save, load and check an archive, not with the module: the
+folder, the headers and their listing need none of it, so `python -m rnnlm.study status` and
+`resume-files` start without PyTorch's seconds of import.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rnnlm.atomic import atomic_path
 from rnnlm.errors import RnnlmError
 from rnnlm.params import MODEL_NAME
+
+if TYPE_CHECKING:
+    import torch
 
 RESUME_ENV = "RNNLM_RESUME_DIR"
 """The environment variable naming the resume folder (a queue worker keeps the environment it was
@@ -186,6 +191,8 @@ def read_header(path: Path) -> ResumeHeader:
 def write_resume_file(path: Path, state: dict[str, Any], fields: dict[str, Any]) -> None:
     """Write `state` (torch-serialisable) with a header of `fields`, the time and the checksum that
     binds the two (format 2)."""
+    import torch
+
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
@@ -201,6 +208,8 @@ def read_resume_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(header fields, state) of the resume file at `path`; `ResumeFileError` when it is cut short,
     damaged or edited (its checksum is not that of its header and archive; for format 1, of its
     archive)."""
+    import torch
+
     data = path.read_bytes()
     magic, line = _first_line(path, data)
     fields, payload = _header(path, line), data[len(magic) + len(line) + 1:]
@@ -218,6 +227,8 @@ def read_resume_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _shapes(tensors: Any) -> dict[str, tuple[tuple[int, ...], torch.dtype]] | None:
     """name -> (shape, dtype) of a state dict of tensors; None when it is not one."""
+    import torch
+
     if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
         return None
     return {str(k): (tuple(t.shape), t.dtype) for k, t in tensors.items()}
@@ -231,6 +242,8 @@ def check_payload(saved: dict[str, Any], model: dict[str, torch.Tensor], optimiz
     `steps_per_epoch` bound where it may stand. A file that passes its checksum but fails here was
     written by other code or forged; resuming from it would end in a traceback or a run that lies
     about how long it trained. `needed_too`: entries this kind of run also restores."""
+    import torch
+
     needed = ("epoch", "seconds", "model", "optimizer", "scheduler", "history_steps", "history_epochs",
               "sampler_rng", "torch_rng", "val_batch_rng", *needed_too)
     missing = [k for k in needed if k not in saved]

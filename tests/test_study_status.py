@@ -18,6 +18,7 @@ from rnnlm.study.campaign import dvc_queue
 from rnnlm.study.campaign import status as study_status
 from rnnlm.study.campaign.dvc_queue import QueueState, Task
 from rnnlm.training.resume import ResumeStore
+from tests.conftest import REPO_ROOT
 
 
 @pytest.fixture
@@ -452,3 +453,19 @@ def test_a_queue_message_that_does_not_parse_is_named_in_one_line(tmp_path, monk
     done = in_process(["-m", "rnnlm.study", "status"], root)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: .dvc/tmp/exps/celery/broker/in/1_a.msg: ")
+
+
+def test_status_and_the_resume_listing_start_without_pytorch_or_the_judging(repo, tmp_path):
+    """`status` and `resume-files` are what a session runs first: they import neither PyTorch (the
+    resume headers and the validation blocks are read without it) nor pandas, SciPy and matplotlib
+    (only `report` judges), so they answer in a fraction of the seconds those take to import."""
+    script = ("import sys\n"
+              "from rnnlm.study import cli\n"
+              f"cli.main(['resume-files', '--dir', {str(tmp_path / 'resume')!r}])\n"
+              "cli.main(['status', '--models', 'astra_alpha', '--seed-list', '1', '--params', "
+              f"{str(REPO_ROOT / 'params.yaml')!r}])\n"
+              "print(sorted({'torch', 'pandas', 'scipy', 'matplotlib'} & set(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"no resume files in {tmp_path / 'resume'}"
+    assert done.stdout.splitlines()[-1] == "[]"

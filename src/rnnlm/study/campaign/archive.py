@@ -20,6 +20,7 @@ import yaml
 from rnnlm.study.campaign.experiments import CollectError
 from rnnlm.study.folders import FOLDER, seed_folder_name
 from rnnlm.study.run_record import provenance_date
+from rnnlm.params_base import parse_yaml
 
 ARCHIVE_MADE_BY = "benchmarks/gpu_check.py --study"
 
@@ -37,7 +38,7 @@ def read_archive(path: Path) -> tuple[str, dict[str, str], dict[str, object]]:
     if unknown or missing:
         raise refuse(f"{'holds ' + ', '.join(sorted(unknown)) if unknown else 'lacks ' + ', '.join(sorted(missing))}")
     try:
-        params, train = yaml.safe_load(texts["params.yaml"]), json.loads(texts["train_metrics.json"])
+        params, train = parse_yaml(texts["params.yaml"]), json.loads(texts["train_metrics.json"])
         record = json.loads(texts.pop("provenance.json"))
     except (yaml.YAMLError, ValueError) as error:
         raise refuse(f"a file does not parse ({type(error).__name__})") from None

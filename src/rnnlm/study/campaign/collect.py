@@ -37,7 +37,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-import yaml
 
 from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY, read_archive
 from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
@@ -47,6 +46,7 @@ from rnnlm.study.registration import Registration, registrations
 from rnnlm.study.registration_git import code_record, current_registration
 from rnnlm.study.run_record import provenance_date
 from rnnlm.study.campaign.swap import mend, write_folder
+from rnnlm.params_base import parse_yaml
 
 COLLECTED_BY = "python -m rnnlm.study collect"
 
@@ -179,7 +179,7 @@ def collect_archive(path: Path, out: Path, repo: Path = Path("."),
     GPU, that the checkpoint stayed behind) with the training metrics' device, processor, GEMM and
     seconds, the archive's name and checksum, and this command as the collector."""
     folder_name, files, record = read_archive(path)
-    params, train = yaml.safe_load(files["params.yaml"]), json.loads(files["train_metrics.json"])
+    params, train = parse_yaml(files["params.yaml"]), json.loads(files["train_metrics.json"])
     steps_scale = float(params.get("train", {}).get("steps_scale", 1.0))
     run = Run(rev="", experiment=None, baseline=str(record.get("commit", "")), date=str(record.get("date")),
               model=params["model"], seed=int(params["seed"]), steps_scale=steps_scale)

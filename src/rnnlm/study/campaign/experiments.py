@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import yaml
 
 from rnnlm.errors import RnnlmError
 from rnnlm.study.folders import FOLDER, QUICK, seed_folder_name
+from rnnlm.params_base import parse_yaml
 
 class CollectError(RnnlmError):
     """The repository's runs cannot be read (not a git repository, git refused)."""
@@ -79,7 +79,7 @@ def _run(repo: Path, rev: str, experiment: str | None, baseline: str, date: str,
     params_text, train_text = git_show(repo, rev, "params.yaml"), git_show(repo, rev, FOLDER["train_metrics.json"])
     if params_text is None or train_text is None or git_show(repo, rev, FOLDER["metrics.json"]) is None:
         return None
-    params, train = yaml.safe_load(params_text), json.loads(train_text)
+    params, train = parse_yaml(params_text), json.loads(train_text)
     model = params.get("model")
     if not model or train.get("model") != model:  # reports of another model than the params select
         return None
@@ -101,7 +101,7 @@ def _stages_disagree(repo: Path, rev: str) -> str | None:
     lock_text = git_show(repo, rev, "dvc.lock")
     if lock_text is None:
         return None
-    stages = (yaml.safe_load(lock_text) or {}).get("stages", {})
+    stages = (parse_yaml(lock_text) or {}).get("stages", {})
 
     def md5s(kind: str, stage: str) -> dict[str, str]:
         return {entry["path"]: entry.get("md5") for entry in stages.get(stage, {}).get(kind, [])}

@@ -38,6 +38,7 @@ from rnnlm.study.folders import seed_folder_name
 from rnnlm.study.campaign.queue import StudyError, experiment_name
 from rnnlm.study.campaign.slurm import pushed_names, slurm_states
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
+from rnnlm.params_base import parse_yaml
 
 
 def _local_queue(repo: Path) -> QueueState | None:
@@ -66,7 +67,7 @@ def _train_reports(repo: Path) -> Iterator[_TrainReport]:
         try:
             written = (report / "metrics.json").stat().st_mtime
             metrics = json.loads((report / "metrics.json").read_text(encoding="utf-8"))
-            params = yaml.safe_load((report.parent.parent / "params.yaml").read_text(encoding="utf-8"))
+            params = parse_yaml((report.parent.parent / "params.yaml").read_text(encoding="utf-8"))
             epochs = list(csv.DictReader((report / "epochs.tsv").read_text(encoding="utf-8").splitlines(),
                                          delimiter="\t")) if (report / "epochs.tsv").is_file() else []
             run = (params["model"], int(params["seed"]), float((params.get("train") or {}).get("steps_scale", 1.0)))

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 
 from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY, read_archive
-from rnnlm.study.campaign.experiments import CollectError, Run, find_runs, git_show, newest
+from rnnlm.study.campaign.experiments import CollectError, CommitFiles, Run, find_runs, newest
 from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, folder_seed, load_run
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration import Registration, registrations
@@ -52,7 +52,8 @@ COLLECTED_BY = "python -m rnnlm.study collect"
 
 
 def provenance(repo: Path, run: Run, registration: Registration | None = None) -> dict[str, object]:
-    train = json.loads(git_show(repo, run.rev, FOLDER["train_metrics.json"]) or "{}")
+    with CommitFiles(repo) as files:
+        train = json.loads(files.text(run.rev, FOLDER["train_metrics.json"]) or "{}")
     return {
         "model": run.model,
         "seed": run.seed,
@@ -151,8 +152,9 @@ def _checked(label: str, model: str, seed: int, quick: bool) -> Callable[[Path],
 
 def run_files(repo: Path, run: Run) -> dict[str, str]:
     """The study folder's files of `run`, read from its commit (older runs lack the `OPTIONAL` ones)."""
-    files = {name: git_show(repo, run.rev, path) for name, path in FOLDER.items()}
-    return {name: text for name, text in files.items() if text is not None}
+    with CommitFiles(repo) as files:
+        texts = {name: files.text(run.rev, path) for name, path in FOLDER.items()}
+    return {name: text for name, text in texts.items() if text is not None}
 
 
 def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool], date: str,

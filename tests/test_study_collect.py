@@ -16,6 +16,7 @@ import yaml
 
 from rnnlm.errors import RnnlmError
 from rnnlm.study.campaign import collect as study_collect
+from rnnlm.study.campaign.experiments import CommitFiles
 from tests.conftest import REPO_ROOT
 from tests.study_repo import commit, experiment, git, new_repo, write_run
 
@@ -246,3 +247,19 @@ def test_a_study_folder_this_user_cannot_write_is_one_line(repo, study_cli, monk
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "alpha seed 1337: cannot write" in done.stderr or "cannot write" in done.stderr, done.stderr
     assert "Permission denied; expected a folder this user may write" in done.stderr
+
+
+def test_commit_files_reads_a_files_exact_bytes_and_none_for_what_is_no_file(tmp_path):
+    """One `git cat-file --batch` answers every read: a file's bytes exactly (a NUL, a carriage
+    return), None for a path the commit lacks or a folder, and it keeps answering after those."""
+    repo = tmp_path / "repo"
+    (repo / "folder").mkdir(parents=True)
+    data = b"\x00a\r\nb\xff\n"
+    (repo / "a.bin").write_bytes(data)
+    (repo / "folder" / "b.txt").write_text("x\n")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"]):
+        subprocess.run(["git", *command], cwd=repo, check=True)
+    with CommitFiles(repo) as files:
+        assert files.bytes("HEAD", "a.bin") == data
+        assert files.bytes("HEAD", "missing.txt") is None and files.bytes("HEAD", "folder") is None
+        assert files.text("HEAD", "folder/b.txt") == "x\n" and files.bytes("HEAD", "a.bin") == data

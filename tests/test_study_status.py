@@ -121,20 +121,29 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
     lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma", "leviathan"], [5, 1, 7], 1.0,
                                       resume_dir=resume)
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
-    assert rows[("astra_gamma", "5")].endswith("running (DVC queue); live: epoch 18/20, validation loss 1.5000 "
+    assert rows[("astra_gamma", "5")].endswith("running (DVC queue); live: 18/20 epochs done, validation loss 1.5000 "
                                                "(best 1.2500), 600 s an epoch, about 20 min to go")
     assert rows[("leviathan", "1")].endswith(f"(its session ended); reached 3/20 epochs done, last on AMD EPYC, "
                                              f"resume file {levi}, saved just now")
     assert rows[("astra_gamma", "7")].endswith("running (DVC queue)")  # evaluating: no live figures
 
 
-
 def test_the_live_line_times_an_epoch_by_the_median_so_a_stopped_epoch_does_not_stretch_the_time_to_go():
     metrics = {"epochs_planned": 20, "epochs": 4, "val_loss": 1.45, "best_val_loss": 1.44}
     epochs = [{"epoch": str(e), "seconds": str(s)} for e, s in ((1, 2426), (2, 793), (3, 807), (4, 855))]
-    assert study_status._live_line(metrics, epochs) == ("live: epoch 4/20, validation loss 1.4500 (best 1.4400), "
+    assert study_status._live_line(metrics, epochs) == ("live: 4/20 epochs done, validation loss 1.4500 (best 1.4400), "
                                                          "831 s an epoch, about 222 min to go")
     assert study_status._live_line({"epochs": 4}, epochs) is None  # a report not of our writing
+
+
+def test_the_live_line_counts_the_steps_into_the_next_epoch():
+    """A report rewritten at a save inside an epoch: its steps beyond the last epoch's end; before
+    the first epoch ends, the steps alone."""
+    metrics = {"epochs_planned": 6, "epochs": 1, "steps": 450, "val_loss": 1.5472, "best_val_loss": 1.5472}
+    epochs = [{"step": "400", "epoch": "1", "seconds": "4200.5"}]
+    assert study_status._live_line(metrics, epochs) == ("live: 1/6 epochs done + 50 steps, validation loss 1.5472 "
+                                                         "(best 1.5472), 4200 s an epoch, about 350 min to go")
+    assert study_status._live_line({"epochs_planned": 6, "steps": 350}, []) == "live: 0/6 epochs done + 350 steps"
 
 
 def test_a_failed_run_with_a_resume_file_shows_how_far_it_got_and_how_to_go_on(repo, tmp_path, monkeypatch):
@@ -406,7 +415,7 @@ def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, mo
         assert written.wait(120)
         line = study_status.status_lines(repo, repo / "reports/study", ["astra_alpha"], [1], 1.0)[1]
         val = yaml.safe_load((workspace / "reports/train/metrics.json").read_text())["val_loss"]
-        assert f"running (DVC queue); live: epoch 1/3, validation loss {val:.4f} (best {val:.4f})" in line, line
+        assert f"running (DVC queue); live: 1/3 epochs done, validation loss {val:.4f} (best {val:.4f})" in line, line
         assert " s an epoch, about " in line and line.endswith(" min to go")
     finally:
         checked.set()

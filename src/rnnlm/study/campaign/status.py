@@ -89,17 +89,20 @@ def _live(repo: Path) -> dict[tuple[str, int, float], str]:
 
 def _live_line(metrics: dict, epochs: list[dict]) -> str | None:
     """The live figures of an unfinished train report (`metrics.json`, which then holds the epochs
-    planned, and the rows of `epochs.tsv`, one per epoch done): the time to go is the epochs left at
-    the median epoch's seconds. None for a report not of our writing."""
+    planned and the steps so far, and the rows of `epochs.tsv`, one per epoch done, each with the step
+    it ended at): the epochs done and the steps into the next, as `epochs_done` says a resume file's,
+    then the time to go, the epochs left at the median epoch's seconds. None for a report not of our
+    writing."""
     try:
-        planned = int(metrics["epochs_planned"])
+        planned, steps = int(metrics["epochs_planned"]), int(metrics.get("steps", 0))
         if not epochs:
-            return f"live: epoch 1/{planned} under way, {metrics.get('steps', 0)} steps done"
+            return f"live: 0/{planned} epochs done + {steps} steps"
         done = int(metrics.get("epochs", 0))
+        into = steps - int(epochs[-1]["step"]) if epochs[-1].get("step") else 0  # older reports lack the column
         per_epoch = statistics.median(float(row["seconds"]) for row in epochs)  # a stopped epoch counts once
-        return (f"live: epoch {done}/{planned}, validation loss {metrics['val_loss']:.4f} (best "
-                f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
-                f"{(planned - done) * per_epoch / 60:.0f} min to go")
+        return (f"live: {done}/{planned} epochs done{f' + {into} steps' if into > 0 else ''}, validation loss "
+                f"{metrics['val_loss']:.4f} (best {metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, "
+                f"about {(planned - done) * per_epoch / 60:.0f} min to go")
     except (KeyError, ValueError, TypeError):
         return None
 

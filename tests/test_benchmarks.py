@@ -217,16 +217,16 @@ def test_gpu_check_writes_its_report_and_json_whole(tmp_path):
 
 def test_gpu_check_environment_describes_the_machine_without_a_gpu():
     """The GPU check's first step runs on any machine: it names the CPU as the benchmark does."""
-    gpu_check = _benchmark_module("gpu_check")
+    gpu_study = _benchmark_module("gpu_study")
     from rnnlm.compute import cpu
 
-    env = gpu_check.environment()
+    env = gpu_study.environment()
     assert cpu.cpu_model() in env["cpu"] and "freed memory given back" in env["cpu"]
     assert env["torch"] == torch.__version__ and env["python"] == platform.python_version()
 
 
 def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
-    gpu_check = _benchmark_module("gpu_check")
+    gpu_study = _benchmark_module("gpu_study")
     pipeline_runs = _benchmark_module("pipeline_runs")
 
     commands = pipeline_runs.stage_commands()
@@ -234,7 +234,7 @@ def test_gpu_check_runs_the_stages_as_dvc_yaml_writes_them():
                                         ("download", "prepare", "tokenizer", "cell", "train", "generate", "evaluate", "report")]
     assert commands[4][1] == "data/prepared" and not any("$" in word for command in commands for word in command)
     written = {word for command in commands for word in command}
-    for path in gpu_check.OUTPUTS.values():  # every file it keeps is one a stage writes, or writes into
+    for path in gpu_study.OUTPUTS.values():  # every file it keeps is one a stage writes, or writes into
         assert path in written or str(Path(path).parent) in written, path
 
 
@@ -412,12 +412,13 @@ def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, 
 
     pipeline_runs = _benchmark_module("pipeline_runs")
     monkeypatch.setattr(pipeline_runs, "tokenizer_sha256", lambda corpus, work, log: "b" * 64)
-    monkeypatch.setattr(gpu_check, "run_stages", lambda *args, **kwargs: pytest.fail("a run trained"))
+    gpu_study = _benchmark_module("gpu_study")
+    monkeypatch.setattr(gpu_study, "run_stages", lambda *args, **kwargs: pytest.fail("a run trained"))
     with pytest.raises(SystemExit) as refused:
-        gpu_check.study([("astra_alpha", 5), ("scribe_beta", 5), ("scribe_alpha", 6)], corpus, results,
+        gpu_study.study([("astra_alpha", 5), ("scribe_beta", 5), ("scribe_alpha", 6)], corpus, results,
                         tmp_path / "logs", None, 1, "a" * 64)
     assert str(refused.value) == (f"error: models/tokenizer/spm.model trained here (SentencePiece "
-                                  f"{gpu_check.sentencepiece.__version__}) has sha256 {'b' * 64}; expected the "
+                                  f"{gpu_study.sentencepiece.__version__}) has sha256 {'b' * 64}; expected the "
                                   f"CPU's {'a' * 64} for scribe_alpha, scribe_beta; nothing trained")
     assert not list(results.iterdir())
 

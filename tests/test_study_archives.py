@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 from tests.study_repo import write_run
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import gpu_check  # noqa: E402
+import gpu_study  # noqa: E402
 import pipeline_runs  # noqa: E402
 
 GPU_RECORD = {"date": "2026-01-05T10:00:00+00:00", "gpu": "NVIDIA H200", "torch": "2.11.0+cu130",
@@ -28,7 +28,7 @@ GPU_RECORD = {"date": "2026-01-05T10:00:00+00:00", "gpu": "NVIDIA H200", "torch"
 
 def _archive(tmp_path: Path, model: str = "beta", seed: int = 2, stateful: float = 2.2,
              record: dict | None = None) -> Path:
-    """What gpu_check.py --study sends back for one run: its workspace packed by `gpu_check.pack`."""
+    """What gpu_check.py --study sends back for one run: its workspace packed by `gpu_study.pack`."""
     work = tmp_path / f"work-{model}-{seed}-{stateful}"
     work.mkdir()
     write_run(work, model, 1.0, stateful, seed)
@@ -38,7 +38,7 @@ def _archive(tmp_path: Path, model: str = "beta", seed: int = 2, stateful: float
     out = tmp_path / "archives"
     out.mkdir(exist_ok=True)
     path = out / f"{model}-seed-{seed}.tar.gz"
-    gpu_check.pack(work, path, f"{model}/seed-{seed}", {**GPU_RECORD, "model": model, "seed": seed, **(record or {})})
+    gpu_study.pack(work, path, f"{model}/seed-{seed}", {**GPU_RECORD, "model": model, "seed": seed, **(record or {})})
     return path
 
 
@@ -147,16 +147,16 @@ def test_a_missing_archive_is_named():
 
 
 def test_gpu_check_names_runs_as_model_or_model_and_seed():
-    assert gpu_check.study_runs(["astra_gamma:2", "leviathan"], [1, 3]) == [
+    assert gpu_study.study_runs(["astra_gamma:2", "leviathan"], [1, 3]) == [
         ("astra_gamma", 2), ("leviathan", 1), ("leviathan", 3)]
-    assert gpu_check.study_runs(["leviathan"], None) == [("leviathan", None)]
+    assert gpu_study.study_runs(["leviathan"], None) == [("leviathan", None)]
     with pytest.raises(SystemExit, match="expected MODEL or MODEL:SEED"):
-        gpu_check.study_runs(["leviathan:two"], None)
+        gpu_study.study_runs(["leviathan:two"], None)
 
 
 def test_gpu_check_names_a_run_listed_twice_as_copies_and_a_run_listed_once_plainly():
     runs = [("leviathan", 5), ("leviathan", 5), ("astra_gamma", None), ("leviathan", 6), ("leviathan", 5)]
-    assert gpu_check.copy_suffixes(runs) == ["-copy-1", "-copy-2", "", "", "-copy-3"]
+    assert gpu_study.copy_suffixes(runs) == ["-copy-1", "-copy-2", "", "", "-copy-3"]
 
 
 def test_gpu_check_stages_keep_the_carried_packages_on_their_path(monkeypatch):

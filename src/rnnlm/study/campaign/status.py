@@ -90,19 +90,18 @@ def _live(repo: Path) -> dict[tuple[str, int, float], str]:
 def _live_line(metrics: dict, epochs: list[dict]) -> str | None:
     """The live figures of an unfinished train report (`metrics.json`, which then holds the epochs
     planned and the steps so far, and the rows of `epochs.tsv`, one per epoch done, each with the step
-    it ended at): the epochs done and the steps into the next, as `epochs_done` says a resume file's,
-    then the time to go, the epochs left at the median epoch's seconds. None for a report not of our
-    writing."""
+    it ended at): the epochs done and the steps into the next (`_epochs_phrase`), then the time to
+    go, the epochs left at the median epoch's seconds. None for a report not of our writing."""
     try:
         planned, steps = int(metrics["epochs_planned"]), int(metrics.get("steps", 0))
         if not epochs:
-            return f"live: 0/{planned} epochs done + {steps} steps"
+            return f"live: {_epochs_phrase(0, planned, steps)}"
         done = int(metrics.get("epochs", 0))
         into = steps - int(epochs[-1]["step"]) if epochs[-1].get("step") else 0  # older reports lack the column
         per_epoch = statistics.median(float(row["seconds"]) for row in epochs)  # a stopped epoch counts once
-        return (f"live: {done}/{planned} epochs done{f' + {into} steps' if into > 0 else ''}, validation loss "
-                f"{metrics['val_loss']:.4f} (best {metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, "
-                f"about {(planned - done) * per_epoch / 60:.0f} min to go")
+        return (f"live: {_epochs_phrase(done, planned, into)}, validation loss {metrics['val_loss']:.4f} (best "
+                f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
+                f"{(planned - done) * per_epoch / 60:.0f} min to go")
     except (KeyError, ValueError, TypeError):
         return None
 
@@ -127,11 +126,15 @@ def _resume_files(folder: Path | None, steps_scale: float) -> dict[tuple[str, in
     return found
 
 
+def _epochs_phrase(done: int, planned: int, steps_into_next: int) -> str:
+    """How far a run got, as every line of `status` and `resume-files` says it: "7/20 epochs done",
+    and "+ 120 steps" when it stood inside the next epoch."""
+    return f"{done}/{planned} epochs done" + (f" + {steps_into_next} steps" if steps_into_next > 0 else "")
+
+
 def epochs_done(header: ResumeHeader) -> str:
-    """How far a resume file's run got: "7/20 epochs done", and "+ 120 steps" for a file saved
-    within the next epoch. `status` and `resume-files` both say it so."""
-    steps = f" + {header['step_in_epoch']} steps" if header["step_in_epoch"] else ""
-    return f"{header['epoch']}/{header['epochs']} epochs done{steps}"
+    """How far a resume file's run got (`_epochs_phrase`)."""
+    return _epochs_phrase(header["epoch"], header["epochs"], header["step_in_epoch"] or 0)
 
 
 def age_words(seconds: float) -> str:

@@ -224,6 +224,19 @@ def test_a_real_dvc_exp_run_set_changes_one_line_of_params_yaml(tmp_path):
     assert diff.stdout.split() == ["1", "1", "params.yaml"]
 
 
+@pytest.mark.parametrize("name", ["params.yaml", "dvc.yaml", "dvc.lock"])
+def test_dvc_reads_the_pipelines_yaml_in_c_and_gets_what_the_python_parser_gets(name):
+    """requirements.txt installs ruamel.yaml.clib: the loader DVC builds for these files (ruamel's
+    `typ="safe"`, `dvc.utils.serialize.parse_yaml`) parses with libyaml, and reads each of them as
+    ruamel's own Python parser does."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.main import CParser
+
+    assert CParser is not None and YAML(typ="safe").Parser is CParser
+    text = (REPO_ROOT / name).read_text(encoding="utf-8")
+    assert YAML(typ="safe").load(text) == YAML(typ="safe", pure=True).load(text)
+
+
 @pytest.mark.parametrize("key, value", [("seed", 4), ("train.steps_scale", 0.01), ("generate.top_k", 20)])
 def test_dvcs_overrides_change_one_line_of_params_yaml(tmp_path, key, value):
     """What `-S KEY=VALUE` calls (`dvc.utils.hydra.apply_overrides`), for keys beside lists too; the

@@ -23,7 +23,7 @@ import yaml
 from rnnlm import atomic
 from rnnlm.study.campaign import dvc_queue
 from rnnlm.training.resume import read_header
-from tests.conftest import REPO_ROOT, copy_repo, make_dvc_repo, sha256_of, synthetic_play, tiny_models
+from tests.conftest import REPO_ROOT, copy_repo, make_dvc_repo, synthetic_play, tiny_models
 
 CORPUS = synthetic_play(30_000)
 STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and the output it writes
@@ -42,14 +42,10 @@ STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and th
 }
 
 
-def _params(root: Path, epochs: int = 3) -> None:
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    corpus = root / "corpus.txt"
-    corpus.write_text(CORPUS, encoding="utf-8")
-    params["data"].update(url=corpus.as_uri(), sha256=sha256_of(CORPUS.encode("utf-8")))
-    tiny_models(params)
+def _train_longer(root: Path, epochs: int = 40) -> None:
+    """astra_alpha in the folder's params.yaml set to `epochs` epochs: long enough to be stopped in the middle."""
+    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
     params["models"]["astra_alpha"]["epochs"] = epochs
-    params["generate"]["max_new_tokens"] = 10
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
 
 
@@ -67,14 +63,10 @@ def _stage(root: Path, stage: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> Path:
-    """A folder where every stage has run once (tiny astra_alpha, three epochs)."""
-    root = tmp_path_factory.mktemp("faults")
-    _params(root)
-    for stage in STAGES:
-        done = _stage(root, stage)
-        assert done.returncode == 0, done.stderr
-    return root
+def pipeline(tmp_path_factory, finished_run) -> Path:
+    """A folder where every stage has run once (tiny astra_alpha, two epochs): a copy of the suite's
+    finished run, whose files the tests below copy again and run single stages in, without DVC."""
+    return copy_repo(finished_run, tmp_path_factory.mktemp("faults") / "repo")
 
 
 def _in_process(root: Path, stage: str, monkeypatch, capsys) -> tuple[int, str, str]:
@@ -127,10 +119,10 @@ def test_a_full_disk_ends_every_stage_in_one_line_and_changes_nothing(pipeline, 
     after = _snapshot(root)
     if stage == "train":  # the run is kept, not lost: its resume file, and its report marked unfinished
         (added,) = set(after) - set(before)
-        assert added.startswith(".resume/astra_alpha-") and read_header(root / added)["epoch"] == 3
+        assert added.startswith(".resume/astra_alpha-") and read_header(root / added)["epoch"] == 2
         del after[added]
         live = json.loads(after.pop("reports/train/metrics.json"))
-        assert (live["finished"], live["epochs"], live["epochs_planned"]) == (False, 3, 3)
+        assert (live["finished"], live["epochs"], live["epochs_planned"]) == (False, 2, 2)
         for name in ("reports/train/steps.tsv", "reports/train/epochs.tsv", "reports/train/metrics.json"):
             before.pop(name), after.pop(name, None)  # the figures so far (their timings are this run's)
     assert after == before
@@ -145,7 +137,7 @@ def test_a_full_disk_at_the_checkpoint_loses_no_training(pipeline, tmp_path, mon
     monkeypatch.undo()
     code, out, err = _in_process(root, "train", monkeypatch, capsys)
     assert code == 0, err
-    assert "resuming astra_alpha after epoch 3" in out and "epoch 01/3" not in out  # nothing trained again
+    assert "resuming astra_alpha after epoch 2" in out and "epoch 01/2" not in out  # nothing trained again
     assert (root / "models/model.pt").read_bytes() == (pipeline / "models/model.pt").read_bytes()
     assert not list((root / ".resume").iterdir())  # removed once every output is in place
 
@@ -189,14 +181,14 @@ def test_killed_at_the_checkpoints_rename_the_rerun_finishes_from_the_last_epoch
     (root / "models/model.pt").unlink()
     which = _rename_onto(_command("train"), root, "models/model.pt")  # after every epoch's saves and reports
     killed = _killed_at_rename(_command("train"), root, which=which)
-    assert killed.returncode != 0 and "epoch 03/3" in killed.stdout
+    assert killed.returncode != 0 and "epoch 02/2" in killed.stdout
     assert not (root / "models/model.pt").exists()
     (orphan,) = (root / "models").glob(".model.pt.*.tmp")  # what the killed writer could not remove
     (resume,) = (root / ".resume").iterdir()
-    assert read_header(resume)["epoch"] == 3
+    assert read_header(resume)["epoch"] == 2
     again = _stage(root, "train")
     assert again.returncode == 0, again.stderr
-    assert "resuming astra_alpha after epoch 3" in again.stdout and "epoch 01/3" not in again.stdout
+    assert "resuming astra_alpha after epoch 2" in again.stdout and "epoch 01/2" not in again.stdout
     assert not orphan.exists() and not _leftovers(root)  # the next writer of model.pt removed it
     assert (root / "models/model.pt").read_bytes() == (pipeline / "models/model.pt").read_bytes()
 
@@ -215,7 +207,7 @@ def _wait_for_line(process: subprocess.Popen, text: str) -> list[str]:
 def test_sigterm_and_ctrl_c_keep_the_last_epoch_and_say_so_in_one_line(pipeline, tmp_path, how, code, said):
     root = tmp_path / "copy"
     shutil.copytree(pipeline, root)
-    _params(root, epochs=40)  # long enough to be stopped in the middle
+    _train_longer(root)
     # SIGINT as a terminal's Ctrl-C delivers it: a test run in the background (where the shell has
     # SIGINT ignored, and Python then keeps ignoring it) must not pass that on to the stage.
     process = subprocess.Popen(_command("train"), cwd=root, env=_env(), stdout=subprocess.PIPE,
@@ -285,7 +277,7 @@ def test_sample_into_a_closed_pipe_ends_quietly_and_a_full_stdout_in_one_line(pi
 def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, tmp_path, in_process, monkeypatch):
     root = tmp_path / "copy"
     shutil.copytree(pipeline, root)
-    _params(root, epochs=40)
+    _train_longer(root)
     elsewhere = tmp_path / "resume-files"
     process = subprocess.Popen(_command("train"), cwd=root, env={**_env(), "RNNLM_RESUME_DIR": str(elsewhere)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

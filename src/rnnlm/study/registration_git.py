@@ -236,20 +236,25 @@ def trained_after(repo: Path, registration: Registration, seed: int, provenance:
         raise RegistrationError(f"{where}: records the commit {commit!r}, which this repository does not hold; "
                                 "expected the commit the run was trained on (a run of a registered seed is "
                                 "confirmatory only when git shows that commit descends from the registration)")
+    descends = descends_from(repo, commit, registration.sealed_by)
     if record is not None:
-        _check_code_record(repo, registration, record, commit, where)
-    return seed in registration.seeds and descends_from(repo, commit, registration.sealed_by)
+        _check_code_record(repo, registration, record, commit, descends, where)
+    return seed in registration.seeds and descends
 
 
 def _check_code_record(repo: Path, registration: Registration, record: dict[str, Any], commit: str,
-                       where: Path) -> None:
+                       descends: bool, where: Path) -> None:
     """Raise a RegistrationError naming `where` unless the `registration` record of a run's provenance
     (`code_record`: file, commit, code_descends) says what git says of the registration file it names
-    and of the run's `commit`."""
+    and of the run's `commit`. `descends`: whether `commit` descends from `registration`'s own commit,
+    which `current_registration` has checked already (most records name that file)."""
     named = registration.path.parent / str(record.get("file"))
-    added = registering_commit(repo, named) if NAME.match(named.name) and named.is_file() else None
-    if added is not None and record.get("commit") == added and \
-            record.get("code_descends") is descends_from(repo, commit, added):
+    if named.name == registration.path.name:
+        added = registration.sealed_by
+    else:
+        added = registering_commit(repo, named) if NAME.match(named.name) and named.is_file() else None
+        descends = added is not None and descends_from(repo, commit, added)
+    if added is not None and record.get("commit") == added and record.get("code_descends") is descends:
         return
     if added is None:
         which = " (no such registration)"

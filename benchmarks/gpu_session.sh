@@ -26,6 +26,8 @@
 #     bash benchmarks/gpu_session.sh
 set -u
 T0=$(date +%s)
+: "${OUT:?set OUT, the folder gpu.tar.gz goes to (the device sets it)}"
+mkdir -p "$OUT"  # a dry run's OUT may not exist yet: every pack would fail, without a word
 DEADLINE=${DEADLINE:-540}
 JOBS=${JOBS:-5}
 RUNS=${RUNS:-}

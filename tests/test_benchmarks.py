@@ -318,8 +318,7 @@ def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tm
     (shim / "python3").write_text("#!/usr/bin/env bash\n"
                                   'case "$*" in *--study*) sleep 987.654 & wait ;; *) exit 0 ;; esac\n')
     (shim / "python3").chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out"  # not made here: a dry run's $OUT may not exist yet
     env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "OUT": str(out), "DRY_RUN": "1",
            "ALONE": "", "BESIDE": "pipeline", "RUNS": "astra_alpha:5", "DEADLINE": "4",
            "TMPDIR": str(tmp_path)}
@@ -334,6 +333,15 @@ def test_the_gpu_session_stops_its_jobs_at_the_deadline_and_keeps_what_it_has(tm
     assert "deadline: stopping the unfinished jobs" in session and "packing" in session
     assert sorted(p.name for p in out.iterdir()) == ["gpu.tar.gz"]
     assert len(list(tmp_path.glob("gpu-session.*"))) == 1  # its working folder under $TMPDIR, not /tmp
+
+
+def test_the_gpu_session_without_out_stops_at_once_saying_so(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    done = subprocess.run(["bash", str(REPO_ROOT / "benchmarks/gpu_session.sh")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().endswith("OUT: set OUT, the folder gpu.tar.gz goes to (the device sets it)")
+    assert len(done.stderr.splitlines()) == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_gpu_prepare_refuses_a_wrong_corpus_and_an_uncommitted_tree(tmp_path):

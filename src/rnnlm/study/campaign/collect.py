@@ -51,9 +51,10 @@ from rnnlm.params_base import parse_yaml
 COLLECTED_BY = "python -m rnnlm.study collect"
 
 
-def provenance(repo: Path, run: Run, registration: Registration | None = None) -> dict[str, object]:
-    with CommitFiles(repo) as files:
-        train = json.loads(files.text(run.rev, FOLDER["train_metrics.json"]) or "{}")
+def provenance(repo: Path, files: CommitFiles, run: Run, registration: Registration | None = None) -> dict[str, object]:
+    """The provenance.json of `run`, a commit of `repo` read through `files`: the run, the machines and
+    seconds of its training metrics, and what git says of the registration (`code_record`)."""
+    train = json.loads(files.text(run.rev, FOLDER["train_metrics.json"]) or "{}")
     return {
         "model": run.model,
         "seed": run.seed,
@@ -150,10 +151,9 @@ def _checked(label: str, model: str, seed: int, quick: bool) -> Callable[[Path],
     return check
 
 
-def run_files(repo: Path, run: Run) -> dict[str, str]:
+def run_files(files: CommitFiles, run: Run) -> dict[str, str]:
     """The study folder's files of `run`, read from its commit (older runs lack the `OPTIONAL` ones)."""
-    with CommitFiles(repo) as files:
-        texts = {name: files.text(run.rev, path) for name, path in FOLDER.items()}
+    texts = {name: files.text(run.rev, path) for name, path in FOLDER.items()}
     return {name: text for name, text in texts.items() if text is not None}
 
 
@@ -222,11 +222,12 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     said += refused
     registration = current_registration(out) if registrations(out) else None
     outcomes: list[Outcome] = []
-    for _, run in sorted(newest(runs).items(), key=lambda item: _folder_order(*item[0])):
-        try:
-            outcomes.append(_collect_run(repo, out, run, registration))
-        except CollectError as error:
-            failures.append(str(error))
+    with CommitFiles(repo) as files:
+        for _, run in sorted(newest(runs).items(), key=lambda item: _folder_order(*item[0])):
+            try:
+                outcomes.append(_collect_run(repo, files, out, run, registration))
+            except CollectError as error:
+                failures.append(str(error))
     for path in archives:
         try:
             outcomes.append(collect_archive(Path(path), out, repo, registration))
@@ -246,16 +247,17 @@ def _folder_order(model: str, seed: int | None) -> tuple[str, bool, int]:
     return model, seed is None, seed or 0
 
 
-def _collect_run(repo: Path, out: Path, run: Run, registration: Registration | None) -> Outcome:
-    """Write `run` (an experiment or commit of `repo`) into its folder of `out` unless the folder holds
-    it already (the same commit read under the same registration) or a newer run; returns what was done."""
-    folder, record = run.folder(out), provenance(repo, run, registration)
+def _collect_run(repo: Path, files: CommitFiles, out: Path, run: Run, registration: Registration | None) -> Outcome:
+    """Write `run` (an experiment or commit of `repo`, read through `files`) into its folder of `out`
+    unless the folder holds it already (the same commit read under the same registration) or a newer
+    run; returns what was done."""
+    folder, record = run.folder(out), provenance(repo, files, run, registration)
 
     def same(held: dict) -> bool:
         return held.get("rev") == run.rev and held.get("registration") == record.get("registration")
 
     def write() -> None:
-        write_folder(run_files(repo, run), record, folder, _checked(_label(run), run.model, run.seed, not run.full))
+        write_folder(run_files(files, run), record, folder, _checked(_label(run), run.model, run.seed, not run.full))
 
     return _replace(folder, _label(run), run.experiment or f"commit {run.rev[:7]}", same, run.date, write)
 

@@ -249,12 +249,12 @@ def _check_code_record(repo: Path, registration: Registration, record: dict[str,
     and of the run's `commit`. `descends`: whether `commit` descends from `registration`'s own commit,
     which `current_registration` has checked already (most records name that file)."""
     named = registration.path.parent / str(record.get("file"))
-    if named.name == registration.path.name:
-        added = registration.sealed_by
+    if record.get("file") == registration.path.name:  # the registration this pass has read from git
+        added, named_descends = registration.sealed_by, descends
     else:
         added = registering_commit(repo, named) if NAME.match(named.name) and named.is_file() else None
-        descends = added is not None and descends_from(repo, commit, added)
-    if added is not None and record.get("commit") == added and record.get("code_descends") is descends:
+        named_descends = added is not None and descends_from(repo, commit, added)
+    if added is not None and record.get("commit") == added and record.get("code_descends") is named_descends:
         return
     if added is None:
         which = " (no such registration)"

@@ -343,19 +343,9 @@ def in_process(monkeypatch, capsys):
 
 def pytest_collection_modifyitems(config, items):
     """The files with slow (end-to-end) tests first. Each worker takes whole files (--dist loadfile);
-    a long file started last would run alone while the other worker idles. Among them, one file that
-    needs `finished_run` leads (its worker builds it: a minute or more, the C++ loops' first build
-    included), then the slow files that do not need it (the other worker's first), then the rest."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    needs_run = [item.path for item in items if item.path in slow and "finished_run" in item.fixturenames]
-    builder = needs_run[0] if needs_run else None
-
-    def rank(item) -> int:
-        if item.path not in slow:
-            return 3
-        return 0 if item.path == builder else 2 if item.path in needs_run else 1
-
-    items.sort(key=rank)  # stable: the order within a file is kept
+    a long file started last would run alone while the other worker idles."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within a file is kept
 
 
 @pytest.fixture

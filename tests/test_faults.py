@@ -235,9 +235,7 @@ def test_ctrl_c_in_dvc_repro_loses_the_stages_earlier_outputs_and_dvc_checkout_b
                                                   "reports/metrics.json", "reports/generations.md")}
     params = root / "params.yaml"
     original = params.read_text()
-    longer = yaml.safe_load(original)
-    longer["models"]["astra_alpha"]["epochs"] = 400
-    params.write_text(yaml.safe_dump(longer, sort_keys=False))
+    _train_longer(root, epochs=400)
     def as_in_a_terminal() -> None:  # its own process group, SIGINT as a terminal delivers it
         os.setpgrp()
         signal.signal(signal.SIGINT, signal.SIG_DFL)

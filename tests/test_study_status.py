@@ -137,12 +137,15 @@ def test_the_live_line_times_an_epoch_by_the_median_so_a_stopped_epoch_does_not_
 
 
 def test_the_live_line_counts_the_steps_into_the_next_epoch():
-    """A report rewritten at a save inside an epoch: its steps beyond the last epoch's end; before
-    the first epoch ends, the steps alone."""
+    """A report rewritten at a save inside an epoch: its steps beyond the last epoch's end, and the
+    part of that epoch they make taken off the time to go; before the first epoch ends, the steps alone."""
     metrics = {"epochs_planned": 6, "epochs": 1, "steps": 450, "val_loss": 1.5472, "best_val_loss": 1.5472}
     epochs = [{"step": "400", "epoch": "1", "seconds": "4200.5"}]
     assert study_status._live_line(metrics, epochs) == ("live: 1/6 epochs done + 50 steps, validation loss 1.5472 "
-                                                         "(best 1.5472), 4200 s an epoch, about 350 min to go")
+                                                         "(best 1.5472), 4200 s an epoch, about 341 min to go")  # 4 7/8 epochs
+    epochs.append({"step": "800", "epoch": "2", "seconds": "3000"})
+    metrics.update(epochs=2, steps=900)  # 100 steps of the 400 an epoch has: 3 3/4 epochs at the median 3600 s
+    assert study_status._live_line(metrics, epochs).endswith("3600 s an epoch, about 225 min to go")
     assert study_status._live_line({"epochs_planned": 6, "steps": 350}, []) == "live: 0/6 epochs done + 350 steps"
 
 

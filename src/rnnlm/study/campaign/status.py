@@ -91,17 +91,20 @@ def _live_line(metrics: dict, epochs: list[dict]) -> str | None:
     """The live figures of an unfinished train report (`metrics.json`, which then holds the epochs
     planned and the steps so far, and the rows of `epochs.tsv`, one per epoch done, each with the step
     it ended at): the epochs done and the steps into the next (`_epochs_phrase`), then the time to
-    go, the epochs left at the median epoch's seconds. None for a report not of our writing."""
+    go: the epochs left, less the part of the next one done (every epoch has as many steps as the
+    first), at the median epoch's seconds. None for a report not of our writing."""
     try:
         planned, steps = int(metrics["epochs_planned"]), int(metrics.get("steps", 0))
         if not epochs:
             return f"live: {_epochs_phrase(0, planned, steps)}"
         done = int(metrics.get("epochs", 0))
-        into = steps - int(epochs[-1]["step"]) if epochs[-1].get("step") else 0  # older reports lack the column
+        ended_at = int(epochs[-1]["step"]) if epochs[-1].get("step") else 0  # older reports lack the column
+        into = steps - ended_at if ended_at else 0
+        left = planned - done - (into * done / ended_at if ended_at and done else 0)  # epochs
         per_epoch = statistics.median(float(row["seconds"]) for row in epochs)  # a stopped epoch counts once
         return (f"live: {_epochs_phrase(done, planned, into)}, validation loss {metrics['val_loss']:.4f} (best "
                 f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "
-                f"{(planned - done) * per_epoch / 60:.0f} min to go")
+                f"{left * per_epoch / 60:.0f} min to go")
     except (KeyError, ValueError, TypeError):
         return None
 

@@ -98,9 +98,9 @@ def _live_line(metrics: dict, epochs: list[dict]) -> str | None:
         if not epochs:
             return f"live: {_epochs_phrase(0, planned, steps)}"
         done = int(metrics.get("epochs", 0))
-        ended_at = int(epochs[-1]["step"]) if epochs[-1].get("step") else 0  # older reports lack the column
+        ended_at = int(epochs[-1].get("step") or 0)  # older reports lack the column
         into = steps - ended_at if ended_at else 0
-        left = planned - done - (into * done / ended_at if ended_at and done else 0)  # epochs
+        left = planned - done - (into * done / ended_at if into else 0)  # epochs; into > 0 needs ended_at > 0
         per_epoch = statistics.median(float(row["seconds"]) for row in epochs)  # a stopped epoch counts once
         return (f"live: {_epochs_phrase(done, planned, into)}, validation loss {metrics['val_loss']:.4f} (best "
                 f"{metrics['best_val_loss']:.4f}), {per_epoch:.0f} s an epoch, about "

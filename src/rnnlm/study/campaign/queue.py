@@ -121,8 +121,8 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
     if not todo:
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
     _see_to_a_worker(state, bool(todo), wait, jobs)
-    print("Follow it with `python -m rnnlm.study status` or `dvc queue logs NAME` (`dvc queue status` asks the")
-    print("worker, which can stop it: see rnnlm.study.campaign.dvc_queue);")
+    print("Follow it with `python -m rnnlm.study status`. Not `dvc queue status`, which asks the worker and can stop")
+    print("it (rnnlm.study.campaign.dvc_queue); `dvc queue logs NAME` shows a run queued again its first attempt;")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     if wait:
         _follow(jobs)

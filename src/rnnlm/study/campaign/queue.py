@@ -122,7 +122,8 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
     _see_to_a_worker(state, bool(todo), wait, jobs)
     print("Follow it with `python -m rnnlm.study status`. Not `dvc queue status`, which asks the worker and can stop")
-    print("it (rnnlm.study.campaign.dvc_queue); `dvc queue logs NAME` shows a run queued again its first attempt;")
+    print("it (rnnlm.study.campaign.dvc_queue). Of a run queued again `dvc queue logs NAME` shows the first attempt:")
+    print("give it the new attempt's revision (its folder's name under .dvc/tmp/exps/run/) instead;")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     if wait:
         _follow(jobs)

@@ -73,13 +73,14 @@ def test_a_running_entry_with_a_live_worker_is_running_and_nothing_needs_continu
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([running, Task("b" * 40, "leviathan-seed2",
                                                                                                "Queued")], 1))
     lines = study_status.status_lines(repo, repo / "reports/study", ["leviathan"], [1], 1.0, resume_dir=resume)
-    assert lines[1].split("  ")[-1].startswith("running (DVC queue); reached 3/20 epochs done")
+    assert lines[1].split("  ")[-1].startswith("running (DVC queue task aaaaaaa; its log: dvc queue logs aaaaaaa); "
+                                                "reached 3/20 epochs done")
     assert len(lines) == 2
     # Its worker stopped taking runs (a half-read broker message): the queue behind waits for it to end.
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([running, Task("b" * 40, "leviathan-seed2",
                                                                                                "Queued")], 1, 1))
     lines = study_status.status_lines(repo, repo / "reports/study", ["leviathan"], [1], 1.0, resume_dir=resume)
-    assert lines[1].split("  ")[-1].startswith("running (DVC queue)")
+    assert lines[1].split("  ")[-1].startswith("running (DVC queue task aaaaaaa")
     assert lines[-1] == ("1 run (leviathan-seed2) waits in DVC's queue, and its worker stopped taking runs (DVC's "
                          "broker: see rnnlm.study.campaign.dvc_queue); it exits when leviathan-seed1 ends, then: "
                          "dvc queue start")
@@ -121,11 +122,12 @@ def test_a_resumed_run_is_read_from_its_newest_report_and_a_cut_off_one_from_its
     lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma", "leviathan"], [5, 1, 7], 1.0,
                                       resume_dir=resume)
     rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and not line.startswith(" ")}
-    assert rows[("astra_gamma", "5")].endswith("running (DVC queue); live: 18/20 epochs done, validation loss 1.5000 "
+    assert rows[("astra_gamma", "5")].endswith("logs aaaaaaa); live: 18/20 epochs done, validation loss 1.5000 "
                                                "(best 1.2500), 600 s an epoch, about 20 min to go")
     assert rows[("leviathan", "1")].endswith(f"(its session ended); reached 3/20 epochs done, last on AMD EPYC, "
                                              f"resume file {levi}, saved just now")
-    assert rows[("astra_gamma", "7")].endswith("running (DVC queue)")  # evaluating: no live figures
+    # Evaluating: no live figures.
+    assert rows[("astra_gamma", "7")].endswith("running (DVC queue task ccccccc; its log: dvc queue logs ccccccc)")
 
 
 def test_the_live_line_times_an_epoch_by_the_median_so_a_stopped_epoch_does_not_stretch_the_time_to_go():
@@ -172,7 +174,8 @@ def test_queued_runs_show_their_place_in_line_in_the_queues_order_not_by_name(re
          Task("c" * 40, "astra_gamma-seed3", "Queued"), Task("d" * 40, "astra_gamma-seed4", "Queued")], 1))
     lines = study_status.status_lines(repo, repo / "reports/study", ["astra_gamma"], [3, 4, 6, 9], 1.0)
     assert [line.split("  ")[-1] for line in lines[1:]] == [
-        "queued (DVC queue, 2 of 3 in line)", "queued (DVC queue, 3 of 3 in line)", "running (DVC queue)",
+        "queued (DVC queue, 2 of 3 in line)", "queued (DVC queue, 3 of 3 in line)",
+        "running (DVC queue task aaaaaaa; its log: dvc queue logs aaaaaaa)",
         "queued (DVC queue, 1 of 3 in line)"]
 
 
@@ -418,7 +421,7 @@ def test_a_run_training_in_the_queue_shows_its_live_figures(repo, raw_params, mo
         assert written.wait(120)
         line = study_status.status_lines(repo, repo / "reports/study", ["astra_alpha"], [1], 1.0)[1]
         val = yaml.safe_load((workspace / "reports/train/metrics.json").read_text())["val_loss"]
-        assert f"running (DVC queue); live: 1/3 epochs done, validation loss {val:.4f} (best {val:.4f})" in line, line
+        assert f"logs aaaaaaa); live: 1/3 epochs done, validation loss {val:.4f} (best {val:.4f})" in line, line
         assert " s an epoch, about " in line and line.endswith(" min to go")
     finally:
         checked.set()

@@ -121,9 +121,9 @@ def run(models: Sequence[str], seeds: Sequence[int], steps_scale: float, wait: b
     if not todo:
         print("nothing to queue: every (model, seed) asked for is collected, finished or queued")
     _see_to_a_worker(state, bool(todo), wait, jobs)
-    print("Follow it with `python -m rnnlm.study status`. Not `dvc queue status`, which asks the worker and can stop")
-    print("it (rnnlm.study.campaign.dvc_queue). Of a run queued again `dvc queue logs NAME` shows the first attempt:")
-    print("give it the new attempt's revision (its folder's name under .dvc/tmp/exps/run/) instead;")
+    print("Follow it with `python -m rnnlm.study status`, which also names each running task's log (of a run queued")
+    print("again `dvc queue logs NAME` shows the first attempt). Not `dvc queue status`, which asks the worker and can")
+    print("stop it (rnnlm.study.campaign.dvc_queue);")
     print("when it is empty: python -m rnnlm.study collect && python -m rnnlm.study report")
     if wait:
         _follow(jobs)

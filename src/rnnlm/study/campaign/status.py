@@ -4,17 +4,17 @@ In:  the models and seeds asked for, and what this repository knows: the study f
      experiments under refs/exps/, DVC's local queue, the states the Slurm tasks wrote, and the
      resume files of runs that were cut off.
 Out: one line per (model, seed): collected; finished, not collected (an experiment here); pushed to
-     the git remote from this commit, not pulled; queued (in DVC's queue with its place in line,
-     or a Slurm task), running, failed or cancelled; cut off (listed running in DVC's queue, its process gone: the session that
-     ran it ended); interrupted (a resume file, nothing queued); missing. A run with a resume file
-     says the epoch it reached, the processor that last trained it and the file; the lines end with
-     the commands that continue the runs cut off, the runs training that DVC's queue no longer
-     lists (with the processes that stop them), and what to do when queued runs have no worker to
-     take them. DVC's queue is read from its files (`dvc_queue`), never by asking its
-     worker, which can stop it. A run training now (in DVC's queue or the
-workspace) also shows its live figures, read from the training report it rewrites after every save:
-the epoch reached of its total, the last and best validation loss, the time an epoch takes, and
-about when it will end.
+     the git remote from this commit, not pulled; queued (in DVC's queue with its place in line, or
+     a Slurm task), running (with the command that prints its log), failed or cancelled; cut off
+     (listed running in DVC's queue, its process gone: the session that ran it ended); interrupted
+     (a resume file, nothing queued); missing. A run with a resume file says the epoch it reached,
+     the processor that last trained it and the file; the lines end with the commands that continue
+     the runs cut off, the runs training that DVC's queue no longer lists (with the processes that
+     stop them), and what to do when queued runs have no worker to take them. DVC's queue is read
+     from its files (`dvc_queue`), never by asking its worker, which can stop it. A run training now
+     (in DVC's queue or the workspace) also shows its live figures, read from the training report it
+     rewrites after every save: the epoch reached of its total, the last and best validation loss,
+     the time an epoch takes, and about when it will end.
 """
 
 from __future__ import annotations
@@ -211,6 +211,8 @@ def _run_state(known: _Known, model: str, seed: int) -> _RunState:
         text = f"queued (DVC queue, {' and '.join(places)} of {len(in_line)} in line)" + _removal(known.local, name)
     elif entry is not None and entry.status == "Failed" and header is not None:
         text, failed = "failed (DVC queue)", True
+    elif entry is not None and entry.status == "Running":  # by its task: NAME may name a first attempt's log
+        text = f"running (DVC queue task {entry.rev[:7]}; its log: dvc queue logs {entry.rev[:7]})"
     elif entry is not None:
         text = f"{entry.status.lower()} (DVC queue)"
     elif name in known.slurm:

@@ -212,7 +212,8 @@ def _run_state(known: _Known, model: str, seed: int) -> _RunState:
     elif entry is not None and entry.status == "Failed" and header is not None:
         text, failed = "failed (DVC queue)", True
     elif entry is not None and entry.status == "Running":  # by its task: NAME may name a first attempt's log
-        text = f"running (DVC queue task {entry.rev[:7]}; its log: dvc queue logs {entry.rev[:7]})"
+        task = entry.rev[:7]  # the id `dvc queue` prints
+        text = f"running (DVC queue task {task}; its log: dvc queue logs {task})"
     elif entry is not None:
         text = f"{entry.status.lower()} (DVC queue)"
     elif name in known.slurm:

@@ -183,7 +183,7 @@ def machine(device: torch.device, keeps_memory: bool) -> dict[str, object]:
     where = {"gpu": torch.cuda.get_device_name()} if device.type == "cuda" else {
         "cpu_vendor": cpu.cpu_vendor() or platform.processor(), "cpu_model": cpu.cpu_model() or platform.machine(),
         "cpu_generation": cpu.cpu_generation(), "cores": os.cpu_count(), "avx512": cpu.has_avx512(), "gemm": str(backend.gemm_for(device)),
-        "freed_memory_kept": keeps_memory}
+        "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "freed_memory_kept": keeps_memory}
     return {"date": datetime.date.today().isoformat(), **where, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": str(device)}
 
@@ -229,7 +229,8 @@ def machine_line(info: dict[str, object]) -> str:
         where = str(info["gpu"])
     else:
         large, _, step = str(info["gemm"]).partition(":")
-        names = {"mkl": "MKL", "onednn": "oneDNN"}
+        strict = "STRICT" in str(info.get("mkl_cbwr", "")).upper()  # MKL_CBWR as the process ran (threads.strict_mkl)
+        names = {"mkl": "MKL (strict)" if strict else "MKL", "onednn": "oneDNN"}
         gemm = names[large] if not step else f"{names[large]} (large), {names[step]} (per step)"
         vendor = " ".join(filter(None, [str(info["cpu_vendor"]), str(info.get("cpu_generation", ""))]))
         where = (f"{info['cpu_model']} ({vendor}, {'with' if info['avx512'] else 'no'} AVX-512), "

@@ -165,3 +165,41 @@ def test_the_probe_leaves_the_model_and_the_random_state_as_they_were():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(rng, torch.get_rng_state())
     assert all(torch.equal(a, b) for a, b in zip(grads, probe_gradients(model, 4, 12, 30)))
+
+
+@pytest.mark.parametrize("vendor, before, after", [
+    ("GenuineIntel", None, threads.MKL_STRICT),  # Intel: strict, so a step's bits do not hang on the count
+    ("GenuineIntel", "", ""),  # set by hand, even empty (MKL's mode off): kept
+    ("GenuineIntel", "AVX2", "AVX2"),
+    ("AuthenticAMD", None, None),  # another vendor: its bits as they were
+])
+def test_mkl_is_asked_for_its_strict_mode_on_intel_cpus_only(monkeypatch, vendor, before, after):
+    monkeypatch.setattr(threads.cpu, "cpu_vendor", lambda: vendor)
+    if before is None:
+        monkeypatch.delenv("MKL_CBWR", raising=False)
+    else:
+        monkeypatch.setenv("MKL_CBWR", before)
+    assert threads.strict_mkl() is (before is None and after is not None)
+    assert threads.os.environ.get("MKL_CBWR") == after
+
+
+def test_a_new_process_computes_a_training_steps_gradients_with_the_same_bits_at_one_and_two_threads():
+    """What lets a run join the core share, on the CPU this test runs on: a fresh process that imports
+    rnnlm (nothing set by hand: no MKL_CBWR, no OMP_NUM_THREADS), astra_alpha's shape of model and
+    batch. On an Intel CPU it fails without `strict_mkl` (the weight gradients' sums split by thread)."""
+    import os
+    code = ("import torch\n"
+            "from rnnlm.models.config import ModelConfig\n"
+            "from rnnlm.models.kinds import build_model\n"
+            "from rnnlm.training.train import probe_gradients\n"
+            "torch.manual_seed(0)\n"
+            "model = build_model(ModelConfig(cell='gru', vocab_size=65, embd=64, hidden=128, layers=1))\n"
+            "grads = {}\n"
+            "for n in (1, 2):\n"
+            "    torch.set_num_threads(n)\n"
+            "    grads[n] = [g.clone() for g in probe_gradients(model, 64, 128, 65)]\n"
+            "print(all(torch.equal(a, b) for a, b in zip(grads[1], grads[2])))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "OMP_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]

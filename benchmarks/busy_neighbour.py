@@ -12,8 +12,8 @@ core share as the train stage does, no thread setting) runs in a process of its 
 - beside a pure-Python loop (`while True: pass`) at `nice -n 10`, one core's worth of work;
 - beside a numpy loop (300x300 products, one BLAS thread) at `nice -n 10`.
 
-Each of those under each `--policies` entry: `default` (no OMP_WAIT_POLICY: the package's own
-choice, `rnnlm.compute.threads.WAIT_POLICY`, or libgomp's where none is made), `passive`
+Each of those under each `--policies` entry: `default` (no OMP_WAIT_POLICY: libgomp's own, which
+spins a while at a barrier, then sleeps; rnnlm sets none, as these runs chose), `passive`
 (OMP_WAIT_POLICY=PASSIVE: a waiting thread sleeps at once), `active` (OMP_WAIT_POLICY=ACTIVE: it
 spins). A neighbour is not an rnnlm process, so the share does not count it: the training keeps
 every core, and how its threads wait at each barrier for the one that shares a core decides what

@@ -570,3 +570,63 @@ def test_seed_streams_sets_seeds_stepped_together_beside_one_seed_and_processes(
     assert [r["largest_loss_difference"] for r in rows] == [None, 0.0, 0.0, None, None]
     assert all(r["model"] == "leviathan" and r["tokens_per_second"] > 0 for r in rows)
     assert "| leviathan | 2 seeds, one graph, a stream each | 2 |" in (tmp_path / "s.md").read_text()
+
+
+def test_thread_bits_lists_each_large_product_of_a_step_and_computes_it_as_the_library_does():
+    """The products a step sums (`thread_bits.products`): per layer the input product, its input
+    gradient and the two weight gradients over every batch x sequence row, then the output layer's
+    three; `_product` computes each through `rnnlm.compute.products` (checked against float64)."""
+    from rnnlm.models.config import ModelConfig
+
+    thread_bits = _benchmark_module("thread_bits")
+    levi = thread_bits.products(ModelConfig(cell="lstm", vocab_size=65, embd=768, hidden=1024, layers=3), 8192)
+    assert len(levi) == 3 * 4 + 3
+    assert levi[0] == ("layer 1 input product", 8192, 768, 4096, False)
+    assert levi[3] == ("layer 1 hidden weight gradient", 4096, 8192, 1024, True)
+    assert levi[4] == ("layer 2 input product", 8192, 1024, 4096, False)
+    assert levi[-1] == ("output weight gradient", 65, 8192, 1024, True)
+    alpha = thread_bits.products(ModelConfig(cell="gru", vocab_size=65, embd=64, hidden=128, layers=1), 8192)
+    assert [p[1:4] for p in alpha] == [(8192, 64, 384), (8192, 384, 64), (384, 8192, 64), (384, 8192, 128),
+                                       (8192, 128, 65), (8192, 65, 128), (65, 8192, 128)]
+    for m, k, n, grad in [(24, 300, 16, True), (300, 24, 16, False)]:
+        out = thread_bits._product(m, k, n, grad)()
+        assert out.shape == (m, n)
+        make = torch.Generator().manual_seed(m * 7 + k * 3 + n)
+        if grad:
+            a, b = torch.randn(k, m, generator=make), torch.randn(k, n, generator=make)
+            expected = a.double().T @ b.double()
+        else:
+            x, w = torch.randn(m, k, generator=make), torch.randn(n, k, generator=make)
+            expected = x.double() @ w.double().T
+        assert torch.allclose(out.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_thread_bits_tells_same_bits_from_other_bits_and_costs_each_way_round_by_round(monkeypatch):
+    """`_same` against a result that depends on the thread count and one that does not; `measure`'s
+    cost is the median of each round's ratio to the first way in the same round, and a way whose
+    rounds disagree on the bits says "varies" (a stand-in for the processes)."""
+    thread_bits = _benchmark_module("thread_bits")
+    before = torch.get_num_threads()
+    try:
+        assert thread_bits._same(lambda: torch.ones(3), 2) == (True, 0.0)
+        assert thread_bits._same(lambda: torch.full((2,), float(torch.get_num_threads())), 2) == (False, 1.0)
+    finally:
+        torch.set_num_threads(before)
+    seconds = iter([1.0, 1.1, 2.0, 2.0, 2.4, 4.0, 0.5, 0.5, 1.2])  # round by round: mkl, mkl strict, onednn
+    calls = iter(range(9))
+
+    def one(model, way, steps):
+        i = next(calls)
+        return {"gemm": way, "threads": 2, "step_seconds": next(seconds), "shapes": {"p": [1, 2, 3]},
+                "products": [{"name": "p", "same": way != "mkl", "largest_difference": 0.0}],
+                "gradients_same": way != "mkl" and not (way == "onednn" and i == 8), "gradients_largest_difference": 0.0}
+
+    monkeypatch.setattr(thread_bits, "_one", one)
+    records = {r["way"]: r for r in thread_bits.measure(["astra_alpha"], 3, 5)}
+    assert records["mkl"]["step_seconds"] == 1.0 and records["mkl"]["against_first"] == 1.0
+    assert records["mkl strict"]["step_seconds"] == 1.1 and records["mkl strict"]["against_first"] == pytest.approx(1.1)
+    assert records["onednn"]["against_first"] == pytest.approx(2.0)  # ratios 2.0, 2.0, 2.4
+    assert not records["onednn"]["repeatable"] and records["mkl strict"]["repeatable"]
+    text = thread_bits.markdown({"machine_line": "a CPU", "rounds": 3, "steps": 5, "records": list(records.values())})
+    assert "| astra_alpha | mkl | mkl | p | no | 1.000 | 1.00x |" in text
+    assert "| astra_alpha | onednn | onednn | none | yes (varies) | 2.000 | 2.00x |" in text

@@ -229,7 +229,7 @@ def machine_line(info: dict[str, object]) -> str:
         where = str(info["gpu"])
     else:
         large, _, step = str(info["gemm"]).partition(":")
-        strict = "STRICT" in str(info.get("mkl_cbwr", "")).upper()  # MKL_CBWR as the process ran (threads.strict_mkl)
+        strict = "STRICT" in str(info.get("mkl_cbwr", "")).upper()  # MKL_CBWR as the process ran (backend.strict_mkl)
         names = {"mkl": "MKL (strict)" if strict else "MKL", "onednn": "oneDNN"}
         gemm = names[large] if not step else f"{names[large]} (large), {names[step]} (per step)"
         vendor = " ".join(filter(None, [str(info["cpu_vendor"]), str(info.get("cpu_generation", ""))]))

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rnnlm.compute import threads
+from rnnlm.compute import backend, threads
 from rnnlm.models.language_model import RecurrentLM, layer_norm
 from rnnlm.training.train import probe_gradients
 from tests.conftest import cell_configs
@@ -168,19 +168,19 @@ def test_the_probe_leaves_the_model_and_the_random_state_as_they_were():
 
 
 @pytest.mark.parametrize("vendor, before, after", [
-    ("GenuineIntel", None, threads.MKL_STRICT),  # Intel: strict, so a step's bits do not hang on the count
+    ("GenuineIntel", None, backend.MKL_STRICT),  # Intel: strict, so a step's bits do not hang on the count
     ("GenuineIntel", "", ""),  # set by hand, even empty (MKL's mode off): kept
     ("GenuineIntel", "AVX2", "AVX2"),
     ("AuthenticAMD", None, None),  # another vendor: its bits as they were
 ])
 def test_mkl_is_asked_for_its_strict_mode_on_intel_cpus_only(monkeypatch, vendor, before, after):
-    monkeypatch.setattr(threads.cpu, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(backend.cpu, "cpu_vendor", lambda: vendor)
     if before is None:
         monkeypatch.delenv("MKL_CBWR", raising=False)
     else:
         monkeypatch.setenv("MKL_CBWR", before)
-    assert threads.strict_mkl() is (before is None and after is not None)
-    assert threads.os.environ.get("MKL_CBWR") == after
+    assert backend.strict_mkl() is (before is None and after is not None)
+    assert backend.os.environ.get("MKL_CBWR") == after
 
 
 def test_a_new_process_computes_a_training_steps_gradients_with_the_same_bits_at_one_and_two_threads():

@@ -6,8 +6,6 @@
   Python), hands a cell its loops, and chooses the float32 GEMM library (oneDNN or MKL) each kind
   of product runs through on the CPU;
 - `products`: the matrix products every model and cell calls, through that choice;
-- `threads`: the machine's cores shared among rnnlm processes, and MKL's strict mode on Intel
-  CPUs (set here, on import, before any product), so that a run's thread count changes no bits;
 - `sources` and `build`: the compiled C++ module, its translation units and its build; `cpp/` holds
   compute's own C++ (the shared kernels and the cells' registry, generation, the Python bindings);
   each cell's compiled loops stay beside its Python (`rnnlm/models/cells/NAME.cpp`), which its
@@ -16,7 +14,3 @@
 Nothing here imports from the rest of the library but `rnnlm.errors`: models, cells, training and
 inference import compute, never the reverse.
 """
-
-from rnnlm.compute.threads import strict_mkl
-
-strict_mkl()  # before MKL's first product, which fixes its mode for the process's life

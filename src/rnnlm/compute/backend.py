@@ -34,6 +34,26 @@ import torch
 from rnnlm.compute import build, cpu
 from rnnlm.errors import RnnlmError
 
+MKL_STRICT = "AUTO,STRICT"
+"""MKL's conditional numerical reproducibility, strict: its products give the same bits at any thread
+count (Intel's documented promise), at a cost in speed that reports/speed/thread-bits-*.md measures."""
+
+
+def strict_mkl() -> bool:
+    """On an Intel CPU, put MKL in its strict mode (MKL_CBWR=`MKL_STRICT`) unless MKL_CBWR is set
+    already, even empty: a mode set by hand is kept. Returns whether it set it. MKL reads the variable
+    once, at its first call, so this module calls it when it is imported: it chooses every product's
+    library, so it is imported before any product runs.
+    Other CPUs are left as they are: there our products give the same bits at any count without it
+    (the AMD runs of `benchmarks/queue_pair.py`), and strict mode would change their last bits."""
+    if "MKL_CBWR" in os.environ or cpu.cpu_vendor() != "GenuineIntel":
+        return False
+    os.environ["MKL_CBWR"] = MKL_STRICT
+    return True
+
+
+strict_mkl()  # before MKL's first product, which fixes its mode for the process's life
+
 CPU = torch.device("cpu")
 GEMMS = ("mkl", "onednn")
 GEMM_ENV = "RNNLM_GEMM"

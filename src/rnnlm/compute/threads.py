@@ -13,7 +13,8 @@ ensures it (the one PyTorch operation we use that did not, LayerNorm's backward,
 `rnnlm.models.language_model.layer_norm`), but a BLAS may split a product's sums by thread and so
 give other bits at another count: MKL does on Intel CPUs for the weight gradients, each a sum over
 every batch x sequence row (`benchmarks/thread_bits.py`), unless it runs in its strict mode, which
-`strict_mkl()` asks for there before MKL's first call. So before a run changes its threads, `verify()` computes one training step's gradients of the real model and
+`rnnlm.compute.backend.strict_mkl()` asks for there before MKL's first call. So before a run
+changes its threads, `verify()` computes one training step's gradients of the real model and
 batch shape at one thread and at every core: where they differ in any bit, the run keeps its count
 for its whole life and says so. A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm.study
 run --jobs N` sets it for its workers), is kept too; such a process still joins, so that the others
@@ -32,27 +33,8 @@ from pathlib import Path
 import psutil
 import torch
 
-from rnnlm.compute import cpu
-
 REFRESH_SECONDS = 1.0
 """At most this often `refresh()` counts the live processes (a folder listing: tens of microseconds)."""
-
-
-MKL_STRICT = "AUTO,STRICT"
-"""MKL's conditional numerical reproducibility, strict: its products give the same bits at any thread
-count (Intel's documented promise), at a cost in speed that reports/speed/thread-bits-*.md measures."""
-
-
-def strict_mkl() -> bool:
-    """On an Intel CPU, put MKL in its strict mode (MKL_CBWR=`MKL_STRICT`) unless MKL_CBWR is set
-    already, even empty: a mode set by hand is kept. Returns whether it set it. MKL reads the variable
-    once, at its first call, so `rnnlm.compute` calls this when it is imported, before any product.
-    Other CPUs are left as they are: there our products give the same bits at any count without it
-    (the AMD runs of `benchmarks/queue_pair.py`), and strict mode would change their last bits."""
-    if "MKL_CBWR" in os.environ or cpu.cpu_vendor() != "GenuineIntel":
-        return False
-    os.environ["MKL_CBWR"] = MKL_STRICT
-    return True
 
 
 def share_folder() -> Path:

@@ -46,13 +46,13 @@ WAYS = {
     "mkl strict": {"RNNLM_GEMM": "mkl", "MKL_CBWR": "AUTO,STRICT"},
     "onednn": {"RNNLM_GEMM": "onednn", "MKL_CBWR": ""},
 }
-GATES = {"gru": 3, "lstm": 4, "rnn": 1}
-
 
 def products(config, rows: int) -> list[tuple[str, int, int, int, bool]]:
     """(name, M, K, N, weight_gradient) of each large product of one training step of `config` over
     `rows` = batch x sequence rows: M x K times K x N; a weight gradient is a^T b summed over M rows."""
-    gates = GATES[config.cell] * config.hidden
+    from rnnlm.models.cells import CELLS
+
+    gates = CELLS[config.cell].layer.cell_class.gates * config.hidden
     found = []
     for layer in range(config.layers):
         width = config.embd if layer == 0 else config.hidden
@@ -77,15 +77,12 @@ def _product(m: int, k: int, n: int, weight_gradient: bool):
     return lambda: linear(x, w)
 
 
-def _at(threads: int, fn) -> list[torch.Tensor]:
-    torch.set_num_threads(threads)
-    out = fn()
-    return [t.detach().clone() for t in (out if isinstance(out, (list, tuple)) else [out])]
-
-
 def _same(fn, cores: int) -> tuple[bool, float]:
-    """Whether `fn()` has the same bits at one thread and at `cores`, and the largest difference."""
-    one, every = _at(1, fn), _at(cores, fn)
+    """Whether `fn()` (a tensor or a list of them) has the same bits at one thread and at `cores`
+    (`threads.at_one_and_every`, what a run's probe compares), and the largest difference."""
+    from rnnlm.compute.threads import at_one_and_every
+
+    one, every = at_one_and_every(lambda: [out] if isinstance(out := fn(), torch.Tensor) else out, cores)
     return all(map(torch.equal, one, every)), max(float((a - b).abs().max()) for a, b in zip(one, every))
 
 
@@ -106,9 +103,9 @@ def _child(model: str, steps: int) -> None:
     torch.manual_seed(0)
     net = build_model(run.config)
     batch, length = run.train.batch_size, run.train.seq_len
-    rows = [(name, *_same(_product(m, k, n, grad), cores)) for name, m, k, n, grad in products(run.config, batch * length)]
+    listed = products(run.config, batch * length)
+    rows = [(name, *_same(_product(m, k, n, grad), cores)) for name, m, k, n, grad in listed]
     probe = _same(lambda: probe_gradients(net, batch, length, run.config.vocab_size), cores)
-    torch.set_num_threads(cores)
     step = make_training_step(net, make_optimizer(net, 1e-3, 0.01, torch.device("cpu"), False), 1.0, torch.device("cpu"), False)
     tokens = torch.randint(run.config.vocab_size, (batch, length + 1), generator=torch.Generator().manual_seed(1))
     seconds = []
@@ -120,7 +117,7 @@ def _child(model: str, steps: int) -> None:
                       "products": [{"name": n, "same": s, "largest_difference": d} for n, s, d in rows],
                       "gradients_same": probe[0], "gradients_largest_difference": probe[1],
                       "step_seconds": statistics.median(seconds[2:]),
-                      "shapes": {name: [m, k, n] for name, m, k, n, _ in products(run.config, batch * length)}}))
+                      "shapes": {name: [m, k, n] for name, m, k, n, _ in listed}}))
 
 
 def _one(model: str, way: str, steps: int) -> dict[str, object]:

@@ -120,14 +120,7 @@ class CoreShare:
         has passed, `refresh` changes nothing."""
         if self.joined is None or self.fixed or (self.cores or 1) < 2:
             return self.verified
-        before = torch.get_num_threads()
-        try:
-            torch.set_num_threads(1)
-            one = [g.detach().clone() for g in gradients()]
-            torch.set_num_threads(self.cores)
-            every = [g.detach() for g in gradients()]
-        finally:
-            torch.set_num_threads(before)
+        one, every = at_one_and_every(gradients, self.cores)
         self.probed = True
         self.verified = len(one) == len(every) and all(torch.equal(a, b) for a, b in zip(one, every))
         if not self.verified:
@@ -157,6 +150,20 @@ class CoreShare:
         if self.joined is not None:
             self.joined.unlink(missing_ok=True)
             self.joined = None
+
+
+def at_one_and_every(compute: Callable[[], Sequence[torch.Tensor]], cores: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """`compute()`'s tensors at one thread and at `cores` threads, as detached copies; the process's
+    thread count is left as it was. What `verify` compares, and `benchmarks/thread_bits.py` per product."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = [t.detach().clone() for t in compute()]
+        torch.set_num_threads(cores)
+        every = [t.detach().clone() for t in compute()]
+    finally:
+        torch.set_num_threads(before)
+    return one, every
 
 
 SHARE = CoreShare()

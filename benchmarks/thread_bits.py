@@ -1,22 +1,27 @@
 """Which matrix products of a training step give other bits at another thread count, under each way
-of running them on this CPU, and what each way costs a training step.
+of running them on this CPU, and what each way costs a training step and the stateful pass.
 
     python benchmarks/thread_bits.py --markdown reports/speed/thread-bits-NAME.md --json reports/speed/thread-bits-NAME.json
-    python benchmarks/thread_bits.py --models astra_alpha --rounds 1 --steps 2     # checks that it runs
+    python benchmarks/thread_bits.py --models astra_alpha --rounds 1 --steps 2 --tokens 20    # checks that it runs
 
 A way (`WAYS`) is an environment a process starts with, since MKL reads its reproducibility mode once,
 at its first call: `mkl` (MKL for every product, its conditional numerical reproducibility off, as
 Intel CPUs ran before strict mode was chosen), `mkl strict` (MKL_CBWR=AUTO,STRICT: MKL's documented
 promise of the same bits at any thread count, what `rnnlm.compute.threads` asks for on Intel CPUs),
 `onednn` (oneDNN for every product above `MIN_ONEDNN_MACS`, as AMD CPUs with AVX-512 run them; the
-smaller ones stay on MKL, its mode off). For each model of `--models`, one process per way:
+smaller ones stay on MKL, its mode off), `mkl strict, onednn narrow` (strict MKL for the large
+products, oneDNN for one time step's: a scan's hidden side, the stateful pass and sampling at batch 1,
+where strict MKL is slow). For each model of `--models`, one process per way:
 
 - each large product of the step (`products`: the input and output layers forward, their input
   gradients, and the weight gradients summed over all batch x sequence rows) computed at one thread
   and at every core: same bits or not;
 - the step's gradients at one thread and at every core (`probe_gradients`, the check a run makes
   before it joins the core share): same bits or not;
-- our training step's median seconds at every core, over `--steps` steps after two warm-up steps.
+- our training step's median seconds at every core, over `--steps` steps after two warm-up steps;
+- the stateful pass (`streamed_token_nll`, one stream at batch 1, as the evaluate stage scores the
+  validation text): its losses at one thread and at every core, same bits or not, and its median
+  milliseconds per token over three passes of `--tokens` tokens.
 
 Ways run in turn, round after round, so whatever else the machine does falls on all of them alike;
 a step's time is the median over the rounds, and its cost the median of its ratio to the first
@@ -45,6 +50,7 @@ WAYS = {
     "mkl": {"RNNLM_GEMM": "mkl", "MKL_CBWR": ""},  # set but empty: MKL's mode off, and rnnlm keeps it
     "mkl strict": {"RNNLM_GEMM": "mkl", "MKL_CBWR": "AUTO,STRICT"},
     "onednn": {"RNNLM_GEMM": "onednn", "MKL_CBWR": ""},
+    "mkl strict, onednn narrow": {"RNNLM_GEMM": "mkl:onednn", "MKL_CBWR": "AUTO,STRICT"},
 }
 
 def products(config, rows: int) -> list[tuple[str, int, int, int, bool]]:
@@ -86,7 +92,24 @@ def _same(fn, cores: int) -> tuple[bool, float]:
     return all(map(torch.equal, one, every)), max(float((a - b).abs().max()) for a, b in zip(one, every))
 
 
-def _child(model: str, steps: int) -> None:
+def _stateful(net, vocab_size: int, tokens: int, cores: int) -> tuple[bool, float]:
+    """The stateful pass of `net` over random tokens: whether its losses have the same bits at one
+    thread and at `cores` (over 200 tokens), and its median milliseconds per token over three passes
+    of `tokens` tokens at every core."""
+    from rnnlm.evaluation.scoring import streamed_token_nll
+
+    stream = torch.randint(vocab_size, (tokens + 1,), generator=torch.Generator().manual_seed(2))  # (tokens + 1,)
+    with torch.no_grad():
+        same = _same(lambda: streamed_token_nll(net, stream[:201]), cores)[0]
+        seconds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            streamed_token_nll(net, stream)
+            seconds.append(time.perf_counter() - start)
+    return same, statistics.median(seconds) / tokens * 1e3
+
+
+def _child(model: str, steps: int, stream_tokens: int) -> None:
     """One way (this process's environment), one model: prints its figures as JSON."""
     from rnnlm.compute import backend
     from rnnlm.models.kinds import build_model
@@ -113,46 +136,54 @@ def _child(model: str, steps: int) -> None:
         start = time.perf_counter()
         step(tokens[:, :-1], tokens[:, 1:])
         seconds.append(time.perf_counter() - start)
+    stateful_same, stateful_ms = _stateful(net, run.config.vocab_size, stream_tokens, cores)
     print(json.dumps({"gemm": str(backend.gemm_for(torch.device("cpu"))), "threads": cores,
                       "products": [{"name": n, "same": s, "largest_difference": d} for n, s, d in rows],
                       "gradients_same": probe[0], "gradients_largest_difference": probe[1],
                       "step_seconds": statistics.median(seconds[2:]),
+                      "stateful_same": stateful_same, "stateful_ms_per_token": stateful_ms,
                       "shapes": {name: [m, k, n] for name, m, k, n, _ in listed}}))
 
 
-def _one(model: str, way: str, steps: int) -> dict[str, object]:
+def _one(model: str, way: str, steps: int, tokens: int) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
     env.update(WAYS[way])
-    done = subprocess.run([sys.executable, __file__, "--child", model, str(steps)], env=env,
+    done = subprocess.run([sys.executable, __file__, "--child", model, str(steps), str(tokens)], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{model} under {way} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(models: list[str], rounds: int, steps: int) -> list[dict[str, object]]:
-    """Per model and way: the products' and gradients' bits at two thread counts (each round's the
-    same, or the row says "varies"), the median step over the rounds, and its cost: the median over
-    the rounds of its step against the first way's in the same round (a 2-core cloud machine's rate
-    drifts from round to round more than the ways differ)."""
+def measure(models: list[str], rounds: int, steps: int, tokens: int) -> list[dict[str, object]]:
+    """Per model and way: the products', gradients' and stateful pass's bits at two thread counts
+    (each round's the same, or the row says "varies"), the median step and stateful pass over the
+    rounds, and the cost of each: the median over the rounds of its time against the first way's in
+    the same round (a 2-core cloud machine's rate drifts from round to round more than the ways differ)."""
     found: dict[tuple[str, str], list[dict[str, object]]] = {}
     for _ in range(rounds):
         for model in models:
             for way in WAYS:
-                found.setdefault((model, way), []).append(_one(model, way, steps))
+                found.setdefault((model, way), []).append(_one(model, way, steps, tokens))
     records = []
     for (model, way), runs in found.items():
         first = runs[0]
         step = statistics.median(r["step_seconds"] for r in runs)
         base = found[(model, next(iter(WAYS)))]  # the same rounds of the first way
+        def cost(key: str) -> float:
+            return statistics.median(r[key] / b[key] for r, b in zip(runs, base))
+
         records.append({"model": model, "way": way, "gemm": first["gemm"], "threads": first["threads"],
                         "products": first["products"], "shapes": first["shapes"],
                         "repeatable": all(r["products"] == first["products"] and r["gradients_same"] == first["gradients_same"]
-                                          for r in runs),
+                                          and r["stateful_same"] == first["stateful_same"] for r in runs),
                         "gradients_same": first["gradients_same"],
                         "gradients_largest_difference": first["gradients_largest_difference"],
                         "step_seconds": step, "step_seconds_each": [r["step_seconds"] for r in runs],
-                        "against_first": statistics.median(r["step_seconds"] / b["step_seconds"] for r, b in zip(runs, base))})
+                        "against_first": cost("step_seconds"),
+                        "stateful_same": first["stateful_same"],
+                        "stateful_ms_per_token": statistics.median(r["stateful_ms_per_token"] for r in runs),
+                        "stateful_against_first": cost("stateful_ms_per_token")})
     return records
 
 
@@ -160,16 +191,20 @@ def markdown(report: dict[str, object]) -> str:
     records = report["records"]
     lines = [f"# A training step's bits at one thread and at every core ({report['machine_line']})", "",
              f"Written by `benchmarks/thread_bits.py`, {report['rounds']} rounds of each way in turn, "
-             f"{report['steps']} timed steps each. Same bits: at 1 thread and at {records[0]['threads']}; "
-             "step: our training step's median seconds at every core; cost: the median over the rounds of "
-             "the step against the first way's in the same round.", "",
-             "| model | way | GEMMs | products with other bits | gradients same bits | step s | cost |",
-             "|---|---|---|---|---|---:|---:|"]
+             f"{report['steps']} timed steps and 3 stateful passes of {report['tokens']} tokens each. Same bits: "
+             f"at 1 thread and at {records[0]['threads']}; step: our training step's median seconds at every core; "
+             "stateful: the stateful pass (one stream at batch 1, as the evaluate stage scores the validation "
+             "text), median milliseconds per token at every core; cost: the median over the rounds of the time "
+             "against the first way's in the same round.", "",
+             "| model | way | GEMMs | products with other bits | gradients same bits | step s | cost "
+             "| stateful same bits | stateful ms/token | cost |",
+             "|---|---|---|---|---|---:|---:|---|---:|---:|"]
     for r in records:
         differ = [p["name"] for p in r["products"] if not p["same"]]
         lines.append(f"| {r['model']} | {r['way']} | {r['gemm']} | {', '.join(differ) or 'none'} | "
                      f"{'yes' if r['gradients_same'] else 'no'}{'' if r['repeatable'] else ' (varies)'} | "
-                     f"{r['step_seconds']:.3f} | {r['against_first']:.2f}x |")
+                     f"{r['step_seconds']:.3f} | {r['against_first']:.2f}x | {'yes' if r['stateful_same'] else 'no'} | "
+                     f"{r['stateful_ms_per_token']:.2f} | {r['stateful_against_first']:.2f}x |")
     lines += ["", "Shapes (M x K x N; a weight gradient sums over K = batch x sequence rows):", ""]
     for model in dict.fromkeys(r["model"] for r in records):
         shapes = next(r["shapes"] for r in records if r["model"] == model)
@@ -182,18 +217,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", default=["astra_alpha", "astra_beta", "astra_gamma", "leviathan"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=300, help="tokens of each timed stateful pass")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     report: dict[str, object] = {"machine": machine(torch.device("cpu"), keeps_memory=False),
-                                 "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "steps": args.steps}
+                                 "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "steps": args.steps,
+                                 "tokens": args.tokens}
     report["machine_line"] = machine_line(report["machine"])
-    report["records"] = measure(args.models, args.rounds, args.steps)
+    report["records"] = measure(args.models, args.rounds, args.steps, args.tokens)
     write_report(markdown(report), report, args.markdown, args.json)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        _child(sys.argv[2], int(sys.argv[3]))
+        _child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         main()

@@ -612,21 +612,25 @@ def test_thread_bits_tells_same_bits_from_other_bits_and_costs_each_way_round_by
         assert thread_bits._same(lambda: torch.full((2,), float(torch.get_num_threads())), 2) == (False, 1.0)
     finally:
         torch.set_num_threads(before)
-    seconds = iter([1.0, 1.1, 2.0, 2.0, 2.4, 4.0, 0.5, 0.5, 1.2])  # round by round: mkl, mkl strict, onednn
-    calls = iter(range(9))
+    # round by round: mkl, mkl strict, onednn, mkl strict + onednn narrow
+    seconds = iter([1.0, 1.1, 2.0, 1.0, 2.0, 2.4, 4.0, 2.0, 0.5, 0.5, 1.2, 0.5])
+    calls = iter(range(12))
 
-    def one(model, way, steps):
+    def one(model, way, steps, tokens):
         i = next(calls)
-        return {"gemm": way, "threads": 2, "step_seconds": next(seconds), "shapes": {"p": [1, 2, 3]},
+        step = next(seconds)
+        return {"gemm": way, "threads": 2, "step_seconds": step, "shapes": {"p": [1, 2, 3]},
                 "products": [{"name": "p", "same": way != "mkl", "largest_difference": 0.0}],
-                "gradients_same": way != "mkl" and not (way == "onednn" and i == 8), "gradients_largest_difference": 0.0}
+                "gradients_same": way != "mkl" and not (way == "onednn" and i == 10), "gradients_largest_difference": 0.0,
+                "stateful_same": way != "mkl", "stateful_ms_per_token": 3 * step}
 
     monkeypatch.setattr(thread_bits, "_one", one)
-    records = {r["way"]: r for r in thread_bits.measure(["astra_alpha"], 3, 5)}
+    records = {r["way"]: r for r in thread_bits.measure(["astra_alpha"], 3, 5, 300)}
     assert records["mkl"]["step_seconds"] == 1.0 and records["mkl"]["against_first"] == 1.0
     assert records["mkl strict"]["step_seconds"] == 1.1 and records["mkl strict"]["against_first"] == pytest.approx(1.1)
     assert records["onednn"]["against_first"] == pytest.approx(2.0)  # ratios 2.0, 2.0, 2.4
     assert not records["onednn"]["repeatable"] and records["mkl strict"]["repeatable"]
-    text = thread_bits.markdown({"machine_line": "a CPU", "rounds": 3, "steps": 5, "records": list(records.values())})
-    assert "| astra_alpha | mkl | mkl | p | no | 1.000 | 1.00x |" in text
-    assert "| astra_alpha | onednn | onednn | none | yes (varies) | 2.000 | 2.00x |" in text
+    text = thread_bits.markdown({"machine_line": "a CPU", "rounds": 3, "steps": 5, "tokens": 300, "records": list(records.values())})
+    assert records["onednn"]["stateful_against_first"] == pytest.approx(2.0)
+    assert "| astra_alpha | mkl | mkl | p | no | 1.000 | 1.00x | no | 3.00 | 1.00x |" in text
+    assert "| astra_alpha | onednn | onednn | none | yes (varies) | 2.000 | 2.00x | yes | 6.00 | 2.00x |" in text

@@ -44,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
 
-from timing import machine, machine_line, write_report  # noqa: E402
+from timing import machine, machine_line, timed, write_report  # noqa: E402
 
 WAYS = {
     "mkl": {"RNNLM_GEMM": "mkl", "MKL_CBWR": ""},  # set but empty: MKL's mode off, and rnnlm keeps it
@@ -101,11 +101,7 @@ def _stateful(net, vocab_size: int, tokens: int, cores: int) -> tuple[bool, floa
     stream = torch.randint(vocab_size, (tokens + 1,), generator=torch.Generator().manual_seed(2))  # (tokens + 1,)
     with torch.no_grad():
         same = _same(lambda: streamed_token_nll(net, stream[:201]), cores)[0]
-        seconds = []
-        for _ in range(3):
-            start = time.perf_counter()
-            streamed_token_nll(net, stream)
-            seconds.append(time.perf_counter() - start)
+        seconds = [timed(lambda: streamed_token_nll(net, stream), torch.device("cpu")) for _ in range(3)]
     return same, statistics.median(seconds) / tokens * 1e3
 
 

@@ -63,7 +63,7 @@ def products_alone(model: RecurrentLM, batch: int, new_tokens: int) -> Callable[
     matrices = [m.detach() for m in matrices]  # (rows, H), as the step reads them
     x = matrices[0].new_zeros(batch, model.config.hidden)
     onednn = torch.ops.mkldnn._linear_pointwise  # the GEMM our step uses for each, called as directly as Python allows
-    products = [functools.partial(onednn, x, m, None, "none", [], "") if backend.onednn_for(x, x.numel() * m.shape[0], narrow=True)
+    products = [functools.partial(onednn, x, m, None, "none", [], "") if backend.onednn_for(x, x.numel() * m.shape[0], rows=batch)
                 else functools.partial(torch.mm, x, m.T) for m in matrices]
 
     @torch.no_grad()

@@ -4,14 +4,16 @@ of running them on this CPU, and what each way costs a training step and the sta
     python benchmarks/thread_bits.py --markdown reports/speed/thread-bits-NAME.md --json reports/speed/thread-bits-NAME.json
     python benchmarks/thread_bits.py --models astra_alpha --rounds 1 --steps 2 --tokens 20    # checks that it runs
 
-A way (`WAYS`) is an environment a process starts with, since MKL reads its reproducibility mode once,
-at its first call: `mkl` (MKL for every product, its conditional numerical reproducibility off, as
-Intel CPUs ran before strict mode was chosen), `mkl strict` (MKL_CBWR=AUTO,STRICT: MKL's documented
-promise of the same bits at any thread count, what `rnnlm.compute.threads` asks for on Intel CPUs),
-`onednn` (oneDNN for every product above `MIN_ONEDNN_MACS`, as AMD CPUs with AVX-512 run them; the
-smaller ones stay on MKL, its mode off), `mkl strict, onednn narrow` (strict MKL for the large
-products, oneDNN for one time step's: a scan's hidden side, the stateful pass and sampling at batch 1,
-where strict MKL is slow). For each model of `--models`, one process per way:
+A way (`WAYS`; `--ways` picks some) is an environment a process starts with, since MKL reads its
+reproducibility mode once, at its first call: `mkl` (MKL for every product, its conditional numerical
+reproducibility off, as Intel CPUs ran before strict mode was chosen), `mkl strict` (MKL_CBWR=AUTO,STRICT:
+MKL's documented promise of the same bits at any thread count, which `rnnlm.compute.backend` asks for on
+Intel CPUs, for every product), `onednn` (oneDNN for every product above `MIN_ONEDNN_MACS`, as AMD CPUs
+with AVX-512 run them; the smaller ones stay on MKL, its mode off), `mkl strict, onednn narrow` (strict
+MKL for the large products, oneDNN for one time step's: a scan's hidden side, the stateful pass and
+sampling at batch 1, where strict MKL is slow), `mkl strict, onednn one row` (the same, but oneDNN only
+for one time step's products of one row of at least `MIN_ONEDNN_MACS`: Intel's rule). For each model
+of `--models`, one process per way:
 
 - each large product of the step (`products`: the input and output layers forward, their input
   gradients, and the weight gradients summed over all batch x sequence rows) computed at one thread
@@ -51,6 +53,7 @@ WAYS = {
     "mkl strict": {"RNNLM_GEMM": "mkl", "MKL_CBWR": "AUTO,STRICT"},
     "onednn": {"RNNLM_GEMM": "onednn", "MKL_CBWR": ""},
     "mkl strict, onednn narrow": {"RNNLM_GEMM": "mkl:onednn", "MKL_CBWR": "AUTO,STRICT"},
+    "mkl strict, onednn one row": {"RNNLM_GEMM": "mkl:mkl:onednn", "MKL_CBWR": "AUTO,STRICT"},
 }
 
 def products(config, rows: int) -> list[tuple[str, int, int, int, bool]]:
@@ -151,21 +154,23 @@ def _one(model: str, way: str, steps: int, tokens: int) -> dict[str, object]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(models: list[str], rounds: int, steps: int, tokens: int) -> list[dict[str, object]]:
+def measure(models: list[str], rounds: int, steps: int, tokens: int, ways: list[str] | None = None) -> list[dict[str, object]]:
     """Per model and way: the products', gradients' and stateful pass's bits at two thread counts
     (each round's the same, or the row says "varies"), the median step and stateful pass over the
     rounds, and the cost of each: the median over the rounds of its time against the first way's in
-    the same round (a 2-core cloud machine's rate drifts from round to round more than the ways differ)."""
+    the same round (a 2-core cloud machine's rate drifts from round to round more than the ways differ).
+    `ways`: those of `WAYS` to run, the first the others' reference (None: all of them)."""
+    ways = ways or list(WAYS)
     found: dict[tuple[str, str], list[dict[str, object]]] = {}
     for _ in range(rounds):
         for model in models:
-            for way in WAYS:
+            for way in ways:
                 found.setdefault((model, way), []).append(_one(model, way, steps, tokens))
     records = []
     for (model, way), runs in found.items():
         first = runs[0]
         step = statistics.median(r["step_seconds"] for r in runs)
-        base = found[(model, next(iter(WAYS)))]  # the same rounds of the first way
+        base = found[(model, ways[0])]  # the same rounds of the first way
         def cost(key: str) -> float:
             return statistics.median(r[key] / b[key] for r, b in zip(runs, base))
 
@@ -214,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=300, help="tokens of each timed stateful pass")
+    parser.add_argument("--ways", nargs="+", choices=list(WAYS), help="the ways to run, the first the reference (default: all)")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
                                  "date": time.strftime("%Y-%m-%d"), "rounds": args.rounds, "steps": args.steps,
                                  "tokens": args.tokens}
     report["machine_line"] = machine_line(report["machine"])
-    report["records"] = measure(args.models, args.rounds, args.steps, args.tokens)
+    report["records"] = measure(args.models, args.rounds, args.steps, args.tokens, args.ways)
     write_report(markdown(report), report, args.markdown, args.json)
 
 

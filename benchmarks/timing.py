@@ -228,10 +228,15 @@ def machine_line(info: dict[str, object]) -> str:
     if "gpu" in info:
         where = str(info["gpu"])
     else:
-        large, _, step = str(info["gemm"]).partition(":")
-        strict = "STRICT" in str(info.get("mkl_cbwr", "")).upper()  # MKL_CBWR as the process ran (backend.strict_mkl)
+        strict = backend.cbwr_is_strict(str(info.get("mkl_cbwr", "")))  # MKL_CBWR as the process ran (backend.strict_mkl)
         names = {"mkl": "MKL (strict)" if strict else "MKL", "onednn": "oneDNN"}
-        gemm = names[large] if not step else f"{names[large]} (large), {names[step]} (per step)"
+        kinds = backend.Gemms.parse(str(info["gemm"]))
+        if len(set(kinds)) == 1:
+            gemm = names[kinds.large]
+        else:
+            gemm = f"{names[kinds.large]} (large), {names[kinds.narrow]} (per step)"
+            if kinds.one_row != kinds.narrow:
+                gemm += f", {names[kinds.one_row]} (per step of one row)"
         vendor = " ".join(filter(None, [str(info["cpu_vendor"]), str(info.get("cpu_generation", ""))]))
         where = (f"{info['cpu_model']} ({vendor}, {'with' if info['avx512'] else 'no'} AVX-512), "
                  f"{info['cores']} cores · our products through {gemm} · freed memory "

@@ -95,7 +95,8 @@ def test_gemm_choices_time_every_value_of_the_variable_beside_the_rules(tmp_path
 
     (record,) = json.loads(figures.read_text())["gemm_choices"]
     assert record["model"] == "astra_alpha" and set(record["ms_per_step"]) == {"mkl", "onednn", "mkl:onednn", "onednn:mkl"}
-    assert record["rule"] == str(backend.gemm_for(torch.device("cpu")))  # what this machine's runs use
+    # what this machine's runs use (a training step has no product of one row)
+    assert record["rule"] == str(backend.gemm_for(torch.device("cpu")).without_one_row())
     times = record["ms_per_step"]
     assert record["fastest"] == min(times, key=times.get)
     assert record["rule_share_of_fastest"] == pytest.approx(times[record["fastest"]] / times[record["rule"]])
@@ -124,7 +125,7 @@ def test_a_gemm_choice_applies_to_its_call_alone(gemm):
     before = gemm("onednn")
     cpu = torch.device("cpu")
     seen = gemm_choices.under_gemm("mkl:onednn", lambda: (backend.gemm_for(cpu), backend.compiled_for(cpu).gemm()))()
-    assert seen == (("mkl", "onednn"), "onednn")  # through the library's switch: the compiled code too
+    assert seen == (("mkl", "onednn", "onednn"), "onednn")  # through the library's switch: the compiled code too
     assert backend.gemm_for(torch.device("cpu")) == before  # then put back
 
 
@@ -625,7 +626,8 @@ def test_thread_bits_tells_same_bits_from_other_bits_and_costs_each_way_round_by
                 "stateful_same": way != "mkl", "stateful_ms_per_token": 3 * step}
 
     monkeypatch.setattr(thread_bits, "_one", one)
-    records = {r["way"]: r for r in thread_bits.measure(["astra_alpha"], 3, 5, 300)}
+    ways = ["mkl", "mkl strict", "onednn", "mkl strict, onednn narrow"]
+    records = {r["way"]: r for r in thread_bits.measure(["astra_alpha"], 3, 5, 300, ways)}
     assert records["mkl"]["step_seconds"] == 1.0 and records["mkl"]["against_first"] == 1.0
     assert records["mkl strict"]["step_seconds"] == 1.1 and records["mkl strict"]["against_first"] == pytest.approx(1.1)
     assert records["onednn"]["against_first"] == pytest.approx(2.0)  # ratios 2.0, 2.0, 2.4
@@ -634,3 +636,14 @@ def test_thread_bits_tells_same_bits_from_other_bits_and_costs_each_way_round_by
     assert records["onednn"]["stateful_against_first"] == pytest.approx(2.0)
     assert "| astra_alpha | mkl | mkl | p | no | 1.000 | 1.00x | no | 3.00 | 1.00x |" in text
     assert "| astra_alpha | onednn | onednn | none | yes (varies) | 2.000 | 2.00x | yes | 6.00 | 2.00x |" in text
+
+
+def test_the_machine_line_names_each_kind_of_products_library():
+    timing = _benchmark_module("timing")
+    info = {"date": "d", "cpu_vendor": "GenuineIntel", "cpu_model": "Xeon", "avx512": True, "cores": 2,
+            "freed_memory_kept": False, "torch": "t", "threads": 2, "device": "cpu"}
+    assert "through MKL ·" in timing.machine_line({**info, "gemm": "mkl"})
+    assert "through MKL (strict) ·" in timing.machine_line({**info, "gemm": "mkl", "mkl_cbwr": "AUTO,STRICT"})
+    assert "through MKL (large), oneDNN (per step) ·" in timing.machine_line({**info, "gemm": "mkl:onednn"})
+    assert ("through MKL (strict) (large), MKL (strict) (per step), oneDNN (per step of one row) ·"
+            in timing.machine_line({**info, "gemm": "mkl:mkl:onednn", "mkl_cbwr": "AUTO,STRICT"}))

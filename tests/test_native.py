@@ -177,54 +177,80 @@ def test_the_rule_picks_the_faster_library_where_a_report_measured_them(path):
     report = json.loads(path.read_text())
     machine = report["machine"]
     avx512 = machine.get("avx512", "avx512" in path.stem)  # the oldest report records it in its name only
-    rule = backend.choose_gemm(machine["cpu_vendor"], avx512, "", True, True)
+    strict = backend.cbwr_is_strict(machine.get("mkl_cbwr", ""))  # older reports ran before strict mode
+    rule = backend.choose_gemm(machine["cpu_vendor"], avx512, "", True, True, strict)
     assert str(rule) == machine["gemm"]  # what that machine's runs used
     rates = {name.lower(): rate for name, rate in report["matmul_gflops"].items()}
     assert rule.large == max(rates, key=rates.get)
     for record in report.get("gemm_choices", []):
-        assert record["rule"] == str(rule) and record["rule_share_of_fastest"] > 0.9, record
+        assert record["rule"] == str(rule.without_one_row()) and record["rule_share_of_fastest"] > 0.9, record
 
 
 def test_the_rule_keeps_mkl_on_intel_and_obeys_the_environment_and_the_build():
     Gemms = backend.Gemms
-    assert backend.choose_gemm("GenuineIntel", True, "", True, True) == Gemms("mkl", "mkl")  # nothing changes there
-    assert backend.choose_gemm("GenuineIntel", False, "", True, True) == Gemms("mkl", "mkl")
-    assert backend.choose_gemm("HygonGenuine", True, "", True, True) == Gemms("onednn", "onednn")
-    assert backend.choose_gemm("", False, "", True, True) == Gemms("mkl", "onednn")  # vendor unknown: not Intel
-    assert backend.choose_gemm("GenuineIntel", True, "onednn", True, True) == Gemms("onednn", "onednn")
-    assert backend.choose_gemm("AuthenticAMD", True, "mkl", True, True) == Gemms("mkl", "mkl")
-    assert backend.choose_gemm("GenuineIntel", True, "onednn:mkl", True, True) == Gemms("onednn", "mkl")
-    assert backend.choose_gemm("AuthenticAMD", True, "", True, False) == Gemms("mkl", "mkl")  # no oneDNN in this build
-    assert backend.choose_gemm("AuthenticAMD", False, "", False, True) == Gemms("onednn", "onednn")  # no MKL
-    assert backend.choose_gemm("GenuineIntel", True, "", False, False) == Gemms("mkl", "mkl")  # ATen's own GEMM
-    for wrong in ("blis", "mkl:onednn:mkl", "mkl:", ":onednn"):
-        with pytest.raises(RnnlmError, match=f"RNNLM_GEMM={wrong}: expected mkl, onednn, or two of them as LARGE:NARROW"):
+    assert backend.choose_gemm("GenuineIntel", True, "", True, True, False) == Gemms("mkl", "mkl", "mkl")
+    # strict MKL: one row through oneDNN (MKL's is slow there), the rest unchanged
+    assert backend.choose_gemm("GenuineIntel", False, "", True, True, True) == Gemms("mkl", "mkl", "onednn")
+    assert backend.choose_gemm("HygonGenuine", True, "", True, True, True) == Gemms("onednn", "onednn", "onednn")
+    assert backend.choose_gemm("", False, "", True, True) == Gemms("mkl", "onednn", "onednn")  # vendor unknown: not Intel
+    assert backend.choose_gemm("GenuineIntel", True, "onednn", True, True, True) == Gemms("onednn", "onednn", "onednn")
+    assert backend.choose_gemm("AuthenticAMD", True, "mkl", True, True) == Gemms("mkl", "mkl", "mkl")
+    assert backend.choose_gemm("GenuineIntel", True, "onednn:mkl", True, True, True) == Gemms("onednn", "mkl", "mkl")
+    assert backend.choose_gemm("AuthenticAMD", True, "mkl:onednn:mkl", True, True) == Gemms("mkl", "onednn", "mkl")
+    assert backend.choose_gemm("AuthenticAMD", True, "", True, False) == Gemms("mkl", "mkl", "mkl")  # no oneDNN in this build
+    assert backend.choose_gemm("GenuineIntel", True, "", True, False, True) == Gemms("mkl", "mkl", "mkl")
+    assert backend.choose_gemm("AuthenticAMD", False, "", False, True) == Gemms("onednn", "onednn", "onednn")  # no MKL
+    assert backend.choose_gemm("GenuineIntel", True, "", False, False) == Gemms("mkl", "mkl", "mkl")  # ATen's own GEMM
+    for wrong in ("blis", "mkl:onednn:mkl:mkl", "mkl:", ":onednn", "mkl::onednn"):
+        with pytest.raises(RnnlmError, match=f"RNNLM_GEMM={wrong}: expected mkl, onednn, or two or three of them as "
+                                             r"LARGE:NARROW\[:ONE_ROW\]"):
             backend.choose_gemm("AuthenticAMD", True, wrong, True, True)
 
 
+def test_mkl_strict_mode_is_read_from_its_variable():
+    assert backend.cbwr_is_strict("AUTO,STRICT") and backend.cbwr_is_strict("avx512,strict") and backend.cbwr_is_strict("STRICT")
+    assert not backend.cbwr_is_strict("") and not backend.cbwr_is_strict("AUTO") and not backend.cbwr_is_strict("COMPATIBLE")
+
+
 def test_a_gemm_choice_is_named_as_the_environment_variable_takes_it():
-    assert str(backend.Gemms("mkl", "mkl")) == "mkl" and str(backend.Gemms("mkl", "onednn")) == "mkl:onednn"
+    Gemms = backend.Gemms
+    assert str(Gemms("mkl", "mkl", "mkl")) == "mkl" and str(Gemms("mkl", "onednn", "onednn")) == "mkl:onednn"
+    assert str(Gemms("mkl", "mkl", "onednn")) == "mkl:mkl:onednn" and str(Gemms("onednn", "mkl", "onednn")) == "onednn:mkl:onednn"
+    for text in ("mkl", "onednn", "mkl:onednn", "onednn:mkl", "mkl:mkl:onednn", "onednn:onednn:mkl"):
+        assert str(Gemms.parse(text)) == text  # read back as written
+
+
+def test_a_product_of_one_row_follows_the_one_row_library_from_the_threshold():
+    gemms, threshold = backend.Gemms("mkl", "mkl", "onednn"), backend.MIN_ONEDNN_MACS
+    assert gemms.library(None, 10**9) == "mkl"  # a large product
+    assert gemms.library(1, threshold) == "onednn" and gemms.library(1, threshold - 1) == "mkl"
+    assert gemms.library(2, 10**9) == "mkl"  # two rows: narrow
+    assert gemms.without_one_row() == ("mkl", "mkl", "mkl")  # what a training step meets
 
 
 def test_the_environment_variable_reaches_the_switch(monkeypatch):
     monkeypatch.setenv("RNNLM_GEMM", "mkl")
-    assert backend.machine_gemm() == ("mkl", "mkl")
+    assert backend.machine_gemm() == ("mkl", "mkl", "mkl")
     monkeypatch.setenv("RNNLM_GEMM", "onednn")
-    assert backend.machine_gemm() == ("onednn", "onednn")
+    assert backend.machine_gemm() == ("onednn", "onednn", "onednn")
     monkeypatch.setenv("RNNLM_GEMM", "mkl:onednn")
-    assert backend.machine_gemm() == ("mkl", "onednn")
+    assert backend.machine_gemm() == ("mkl", "onednn", "onednn")
+    monkeypatch.setenv("RNNLM_GEMM", "mkl:mkl:onednn")
+    assert backend.machine_gemm() == ("mkl", "mkl", "onednn")
     assert backend.gemm_for(torch.device("meta")) is None
 
 
 def test_use_gemm_is_the_one_switch_for_python_and_the_compiled_code(gemm):
     compiled = backend.compiled_for(torch.device("cpu"))  # told the machine's choice when loaded
     machine = backend.gemm_for(torch.device("cpu"))
-    assert compiled.gemm() == machine.narrow and compiled.min_onednn_macs() == backend.MIN_ONEDNN_MACS
-    other = backend.Gemms("onednn", "mkl" if machine.narrow == "onednn" else "onednn")
+    assert (compiled.gemm(), compiled.one_row_gemm()) == machine[1:]
+    assert compiled.min_onednn_macs() == backend.MIN_ONEDNN_MACS
+    flip = {"mkl": "onednn", "onednn": "mkl"}
+    other = backend.Gemms("onednn", flip[machine.narrow], flip[machine.one_row])
     assert backend.use_gemm(other) is None  # it replaced the machine's own choice
-    assert backend.gemm_for(torch.device("cpu")) == other and compiled.gemm() == other.narrow
+    assert backend.gemm_for(torch.device("cpu")) == other and (compiled.gemm(), compiled.one_row_gemm()) == other[1:]
     assert backend.use_gemm(None) == other
-    assert backend.gemm_for(torch.device("cpu")) == machine and compiled.gemm() == machine.narrow
+    assert backend.gemm_for(torch.device("cpu")) == machine and (compiled.gemm(), compiled.one_row_gemm()) == machine[1:]
 
 
 def test_small_per_step_products_run_on_the_calling_thread_and_give_the_pool_back():
@@ -260,7 +286,8 @@ def test_the_cpu_features_are_read_from_the_machine():
         assert cpu.has_avx512()
 
 
-@pytest.mark.parametrize("gemms", [("mkl", "mkl"), ("onednn", "onednn"), ("mkl", "onednn")])
+@pytest.mark.parametrize("gemms", [("mkl", "mkl", "mkl"), ("onednn", "onednn", "onednn"), ("mkl", "onednn", "onednn"),
+                                   ("mkl", "mkl", "onednn")])
 def test_each_kind_of_product_follows_its_library(gemms, gemm):
     """The switch reaches every product: a float32 scan's per-step products and the sampling advance
     (C++), and the large products with their gradients (Python) call the chosen library's op for
@@ -289,6 +316,13 @@ def test_each_kind_of_product_follows_its_library(gemms, gemm):
     # a sampling advance with products of at least 2^19 multiply-adds (smaller ones stay on ATen's GEMM)
     gates_x, h, step_hh = torch.randn(64, 3 * 128), torch.randn(64, 128), torch.randn(3 * 128, 128)
     assert used(lambda: loops.advance(gates_x, h, step_hh[: 2 * 128].T, step_hh[2 * 128 :].T)) == {choice.narrow}
+    # one row (the stateful pass, sampling one stream): 768 x 1536 and 768 x 768 multiply-adds, both at least
+    # 2^19, follow the one-row library, in a scan, in the advance and in the Python advancer alike
+    wide_hh, one_h = torch.randn(3 * 768, 768) * 0.05, torch.randn(1, 768)
+    assert used(lambda: loops.forward(torch.randn(4, 1, 3 * 768), one_h, wide_hh, torch.randn(3 * 768), None)) == {choice.one_row}
+    assert used(lambda: loops.advance(torch.randn(1, 3 * 768), one_h, wide_hh[: 2 * 768].T, wide_hh[2 * 768 :].T)) == {choice.one_row}
+    assert used(lambda: linear(one_h, wide_hh, torch.randn(3 * 768), narrow=True)) == {choice.one_row}
+    assert used(lambda: loops.forward(products[:, :1].clone(), h0[:1], weight_hh, bias, None)) == {choice.narrow}  # under 2^19
     x, w = torch.randn(1024, 64), torch.randn(512, 64)
     assert used(lambda: linear(x, w)) == {choice.large}
     assert used(lambda: t_mm(x, torch.randn(1024, 512))) <= {choice.large}  # oneDNN's matmul is no op: unseen
@@ -324,9 +358,13 @@ def test_weight_gradients_through_onednn_equal_float64(matmul, monkeypatch, gemm
     torch.testing.assert_close(t_mm(a_t, b).double(), a_t.double().T @ b.double(), rtol=1e-5, atol=1e-3)
 
 
-def test_an_unknown_gemm_is_refused_by_the_compiled_module():
-    with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
-        build.compiled().set_gemm("blis", backend.MIN_ONEDNN_MACS, backend.MIN_PARALLEL_NARROW_MACS)
+def test_an_unknown_gemm_is_refused_by_the_compiled_module_which_keeps_its_choice():
+    compiled = build.compiled()
+    before = (compiled.gemm(), compiled.one_row_gemm())
+    for narrow, one_row in (("blis", "mkl"), ("onednn", "blis")):
+        with pytest.raises(RuntimeError, match="unknown GEMM blis; expected mkl or onednn"):
+            compiled.set_gemm(narrow, one_row, backend.MIN_ONEDNN_MACS, backend.MIN_PARALLEL_NARROW_MACS)
+        assert (compiled.gemm(), compiled.one_row_gemm()) == before
 
 
 def test_a_source_added_after_the_build_or_under_a_taken_name_is_refused_in_one_line(monkeypatch, tmp_path):

@@ -219,10 +219,12 @@ def test_the_compiled_advance_gives_the_python_advances_logits_bit_for_bit(confi
     assert all(torch.equal(a, b) for a, b in zip(flat, python_flat, strict=True))
 
 
-def test_the_compiled_advance_equals_the_python_advance_where_onednn_runs_the_products(gemm):
+@pytest.mark.parametrize("choice, streams", [("mkl:onednn", 3), ("mkl:mkl:onednn", 1)], ids=["narrow", "one-row"])
+def test_the_compiled_advance_equals_the_python_advance_where_onednn_runs_the_products(choice, streams, gemm):
     """The same, with layers wide enough that the per-step products (upper input sides with their
     bias, hidden sides, the head with its bias) reach oneDNN's size threshold, with oneDNN chosen for
-    them: both add each bias after oneDNN's product, so the logits stay equal bit for bit."""
+    them (for every narrow product, or for those of one row at one stream): both add each bias after
+    oneDNN's product, so the logits stay equal bit for bit."""
     from torch.profiler import ProfilerActivity, profile
 
     from rnnlm.compute import backend
@@ -230,12 +232,12 @@ def test_the_compiled_advance_equals_the_python_advance_where_onednn_runs_the_pr
 
     if not backend.onednn_available():
         pytest.skip("this PyTorch has no oneDNN linear op")
-    gemm("mkl:onednn")
-    config = ModelConfig("lstm", vocab_size=700, embd=16, hidden=256, layers=2, layer_norm=True)
+    gemm(choice)
+    config = ModelConfig("lstm", vocab_size=700, embd=16, hidden=384, layers=2, layer_norm=True)
     advancer, python_advancer = Advancer(_float32_model(config)), Advancer(_float32_model(config))
     assert advancer.compiled is not None, "the C++ code did not build"
     python_advancer.compiled = None
-    tokens, state, python_state = torch.tensor([3, 0, 10]), None, None  # 3 x 256 x 4H: past 2^19 multiply-adds
+    tokens, state, python_state = torch.tensor([3, 0, 10][:streams]), None, None  # 384 x 4H: past 2^19 multiply-adds
     for _ in range(3):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             python_logits, python_state = python_advancer(tokens, python_state)

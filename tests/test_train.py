@@ -120,11 +120,11 @@ def test_a_run_interrupted_on_one_gemm_library_goes_on_with_another_and_says_so(
         if epoch == 1:
             raise Interrupted
 
-    previous = backend.use_gemm(backend.Gemms("mkl", "mkl"))
+    previous = backend.use_gemm(backend.Gemms.parse("mkl"))
     try:
         with pytest.raises(Interrupted):
             _train(params, resume_dir=tmp_path, on_epoch_end=stop_after_first)
-        backend.use_gemm(backend.Gemms("onednn", "onednn"))
+        backend.use_gemm(backend.Gemms.parse("onednn"))
         resumed = _train(params, resume_dir=tmp_path)
     finally:
         backend.use_gemm(previous)

@@ -10,11 +10,11 @@ Out: `backend_for(device)`, the loops' backend:
        devices, `RNNLM_NATIVE=0`, a failed build, no Triton; each failure warns once);
      `loops(spec, device)`, a cell's loops there (a cell without loops of that backend gets its
      Python loops, with one note); `compiled_for(device, cell)`, the compiled module where "cpp" runs;
-     `gemm_for(device)`, a `Gemms`: MKL or oneDNN (both exact float32) for the large products and for
-     the narrow ones, by `choose_gemm`'s rule for this CPU; `onednn_for(tensor, macs, narrow)`,
-     whether one product runs through oneDNN.
+     `gemm_for(device)`, a `Gemms`: MKL or oneDNN (both exact float32) for the large products, the
+     narrow ones and the narrow ones of one row, by `choose_gemm`'s rule for this CPU;
+     `onednn_for(tensor, macs, rows)`, whether one product runs through oneDNN.
 
-The compiled code is told the narrow choice and both thresholds (`tell`) when it first loads and
+The compiled code is told the narrow choices and both thresholds (`tell`) when it first loads and
 whenever `use_gemm` changes the choice (tests and benchmarks). The same CPU always gives the same
 choice, so a machine's runs repeat themselves bit for bit. Tests choose the loops by replacing
 `backend_for` (fixtures in `tests/conftest.py`).
@@ -170,19 +170,37 @@ class Gemms(NamedTuple):
 
     large: str  # over all T*B rows of a sequence: input products, output layer, weight gradients (`products`)
     narrow: str  # of one time step or one advance, B rows: the scans' hidden side, every product of sampling
+    one_row: str  # a narrow product of one row (B = 1: the stateful pass, sampling one stream) of at least
+    # MIN_ONEDNN_MACS multiply-adds; a smaller one follows `narrow`
 
     @classmethod
     def parse(cls, text: str) -> Gemms:
-        """"mkl", "onednn" or "LARGE:NARROW", as RNNLM_GEMM takes them."""
+        """"mkl", "onednn", "LARGE:NARROW" or "LARGE:NARROW:ONE_ROW", as RNNLM_GEMM takes them (a kind
+        left out takes the library of the kind before it)."""
         parts = text.split(":")
-        if len(parts) > 2 or any(part not in GEMMS for part in parts):
-            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two of them as LARGE:NARROW (say mkl:onednn)")
-        return cls(parts[0], parts[-1])
+        if len(parts) > 3 or any(part not in GEMMS for part in parts):
+            raise RnnlmError(f"{GEMM_ENV}={text}: expected mkl, onednn, or two or three of them as "
+                             "LARGE:NARROW[:ONE_ROW] (say mkl:onednn)")
+        return cls(parts[0], parts[min(1, len(parts) - 1)], parts[-1])
 
     def __str__(self) -> str:
-        """"mkl", "onednn", or "LARGE:NARROW" when the two differ: the form RNNLM_GEMM takes, and what
-        the training metrics record."""
-        return self.large if self.large == self.narrow else f"{self.large}:{self.narrow}"
+        """The shortest form `parse` reads back ("mkl", "mkl:onednn", "mkl:mkl:onednn"): the form
+        RNNLM_GEMM takes, and what the training metrics record."""
+        parts = [self.large, self.narrow, self.one_row]
+        while len(parts) > 1 and parts[-1] == parts[-2]:
+            parts.pop()
+        return ":".join(parts)
+
+    def without_one_row(self) -> Gemms:
+        """This choice as a training step meets it (its products have many rows): one row as `narrow`."""
+        return self._replace(one_row=self.narrow)
+
+    def library(self, rows: int | None, macs: int) -> str:
+        """The library of a product of `macs` multiply-adds: a large one (`rows` None) or a narrow one
+        of `rows` rows (the rule the compiled code applies too: kernels.cpp, use_onednn)."""
+        if rows is None:
+            return self.large
+        return self.one_row if rows == 1 and macs >= MIN_ONEDNN_MACS else self.narrow
 
 
 _chosen: Gemms | None = None
@@ -224,36 +242,48 @@ def use_gemm(gemms: Gemms | None) -> Gemms | None:
 
 
 def tell(module: ModuleType) -> None:
-    """Hand the compiled module the narrow products' GEMM and both thresholds, read now (a benchmark may have
+    """Hand the compiled module the narrow products' GEMMs and both thresholds, read now (a benchmark may have
     changed a threshold before the module first loads)."""
-    module.set_gemm(gemm_for(CPU).narrow, MIN_ONEDNN_MACS, MIN_PARALLEL_NARROW_MACS)
+    gemms = gemm_for(CPU)
+    module.set_gemm(gemms.narrow, gemms.one_row, MIN_ONEDNN_MACS, MIN_PARALLEL_NARROW_MACS)
 
 
-def onednn_for(tensor: torch.Tensor, macs: int | None, narrow: bool = False) -> bool:
-    """Whether a float32 product on `tensor` runs through oneDNN: on the CPU, with oneDNN chosen for
-    its kind (one time step's if `narrow`, else the large products'), and, for a single product of
-    `macs` multiply-adds, at least MIN_ONEDNN_MACS of them. `macs` None: a scan's narrow product,
-    whose weight serves every time step of the sequence (packed once, `NarrowProduct` in kernels.cpp), so
-    it takes the chosen library whatever its size."""
-    if tensor.dtype != torch.float32 or (macs is not None and macs < MIN_ONEDNN_MACS):
-        return False
+def onednn_for(tensor: torch.Tensor, macs: int, rows: int | None = None) -> bool:
+    """Whether one float32 product on `tensor`, of `macs` multiply-adds, runs through oneDNN: on the
+    CPU, with oneDNN chosen for its kind (`Gemms.library`: a large product if `rows` is None, else one
+    time step's of `rows` rows), and at least MIN_ONEDNN_MACS multiply-adds. (A scan's products in the
+    compiled loops, whose weight serves every time step, packed once, take their kind's library
+    whatever their size: `NarrowProduct` in kernels.cpp.)"""
     gemms = gemm_for(tensor.device)
-    return gemms is not None and (gemms.narrow if narrow else gemms.large) == "onednn"
+    if gemms is None or tensor.dtype != torch.float32 or macs < MIN_ONEDNN_MACS:
+        return False
+    return gemms.library(rows, macs) == "onednn"
+
+
+def cbwr_is_strict(cbwr: str) -> bool:
+    """Whether MKL_CBWR's value `cbwr` puts MKL in its strict mode (say "AUTO,STRICT")."""
+    return "STRICT" in cbwr.upper().split(",")
 
 
 @cache
 def _cpu_gemm(requested: str) -> Gemms:
-    return choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), requested, torch.backends.mkl.is_available(), onednn_available())
+    return choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), requested, torch.backends.mkl.is_available(),
+                       onednn_available(), cbwr_is_strict(os.environ.get("MKL_CBWR", "")))
 
 
-def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool) -> Gemms:
+def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool,
+                strict: bool = False) -> Gemms:
     """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
-    AVX-512, RNNLM_GEMM ("" when unset) and which of the two libraries this PyTorch has. Each choice
-    is timed side by side per machine in `reports/speed/` (`benchmarks/speed.py --gemm-choices`):
+    AVX-512, RNNLM_GEMM ("" when unset), which of the two libraries this PyTorch has, and whether MKL
+    runs in its strict mode (`strict_mkl`). Each choice is timed side by side per machine in
+    `reports/speed/` (`benchmarks/speed.py --gemm-choices`; one-row products: `benchmarks/thread_bits.py`):
 
-    - RNNLM_GEMM `mkl`, `onednn` or `LARGE:NARROW` (say `mkl:onednn`), if set (anything else is refused);
-    - an Intel CPU: MKL for both, Intel's own library;
-    - another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for both, as MKL does not use
+    - RNNLM_GEMM `mkl`, `onednn`, `LARGE:NARROW` or `LARGE:NARROW:ONE_ROW` (say `mkl:onednn`), if set
+      (anything else is refused);
+    - an Intel CPU: MKL for the large and the narrow products, Intel's own library; for the narrow
+      products of one row, oneDNN where MKL runs strict, which makes MKL slow at one row
+      (`reports/speed/thread-bits-one-row-*.md`) while oneDNN's keeps the same bits at any thread count too;
+    - another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for all, as MKL does not use
       AVX-512 there and oneDNN does;
     - another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
       the narrow ones (oneDNN's matmul also refuses float32 there: `rnnlm.compute.products` copies);
@@ -261,11 +291,11 @@ def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_on
     if requested:
         preferred = Gemms.parse(requested)
     elif vendor == "GenuineIntel":
-        preferred = Gemms("mkl", "mkl")
+        preferred = Gemms("mkl", "mkl", "onednn" if strict else "mkl")
     elif avx512:
-        preferred = Gemms("onednn", "onednn")
+        preferred = Gemms("onednn", "onednn", "onednn")
     else:
-        preferred = Gemms("mkl", "onednn")
+        preferred = Gemms("mkl", "onednn", "onednn")
     available = {"mkl": has_mkl, "onednn": has_onednn}
     return Gemms(*(name if available[name] else "onednn" if has_onednn else "mkl" for name in preferred))
 

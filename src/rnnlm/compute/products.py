@@ -4,8 +4,8 @@
 The products over all T*B rows of a sequence (each layer's input products, the output layer, and in
 the backward pass their gradients and the hidden-side weight gradients) are most of a training
 step's work; they follow the switch's `large` library. The Python advancer's products (B rows, one
-token) follow its `narrow` library, as the compiled sampling advance does, so the two give the same
-logits bit for bit. Where the library is "onednn" and the tensors are float32 on the CPU, the
+token) follow its `narrow` library (`one_row` for one row), as the compiled sampling advance does, so
+the two give the same logits bit for bit. Where the library is "onednn" and the tensors are float32 on the CPU, the
 functions here call oneDNN's linear op (`torch.ops.mkldnn._linear_pointwise`: exact float32, no
 reduced-precision math); everywhere else (MKL chosen, float64, CUDA) they are plain ATen
 expressions (`torch.mm` is MKL's GEMM on the CPU).
@@ -60,12 +60,13 @@ class _OnednnLinear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, narrow: bool = False) -> Tensor:
     """x (..., K) -> x W^T (+ b) (..., N), differentiable in all three; `narrow`: a product of one
     time step (the advancer's), which follows the narrow products' library."""
-    if not backend.onednn_for(x, x.numel() * weight.shape[0], narrow):
+    rows = x.numel() // x.shape[-1]
+    if not backend.onednn_for(x, rows * weight.shape[0] * weight.shape[1], rows if narrow else None):
         return torch.matmul(x, weight.T) if bias is None else F.linear(x, weight, bias)
     # A one-token product adds its bias after oneDNN's product, the faster at batch 1
     # (reports/speed/cpu-amd-epyc-avx2-family25.md); the compiled advance (kernels.cpp, narrow_linear)
     # does the same, so the two agree bit for bit. The large products keep it fused.
-    out = _OnednnLinear.apply(x.reshape(-1, x.shape[-1]), weight, None if narrow else bias)
+    out = _OnednnLinear.apply(x.reshape(rows, x.shape[-1]), weight, None if narrow else bias)
     if narrow and bias is not None:
         out = out.add_(bias)
     return out.view(*x.shape[:-1], weight.shape[0])

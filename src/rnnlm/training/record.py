@@ -60,7 +60,7 @@ def processor_name(device: torch.device) -> str:
 
 def products_gemm(device: torch.device) -> str:
     """The libraries that run the float32 matrix products on `device` (`rnnlm.compute.backend.gemm_for`):
-    "mkl", "onednn", or "LARGE:NARROW" on the CPU, "cublas" on CUDA."""
+    "mkl", "onednn", "LARGE:NARROW" or "LARGE:NARROW:ONE_ROW" on the CPU (`Gemms`), "cublas" on CUDA."""
     gemms = backend.gemm_for(device)
     return str(gemms) if gemms else ("cublas" if device.type == "cuda" else "aten")
 
@@ -70,7 +70,7 @@ class TrainResult:
     checkpoint: Checkpoint
     history: History
     device: str
-    gemm: str  # the libraries of the float32 products: "mkl", "onednn" or "LARGE:NARROW" on the CPU, "cublas" on CUDA
+    gemm: str  # the libraries of the float32 products: as `products_gemm` names them
     processor: str  # the CPU's or GPU's model name
     parameters: int
     seconds: float

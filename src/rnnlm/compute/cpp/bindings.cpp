@@ -12,10 +12,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             "next token and the generation loop (Python twins: rnnlm/models/cells, rnnlm/inference)";
   for (const auto& [name, kernels] : rnnlm::cell_registry()) kernels.bind(m);
   rnnlm::bind_generation(m);
-  m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM of one time step's products ('mkl' or 'onednn'), the "
-        "fewest multiply-adds a product needs to go to oneDNN and to use the thread pool (rnnlm.compute.backend.tell calls it)",
-        pybind11::arg("name"), pybind11::arg("min_onednn_macs"), pybind11::arg("min_parallel_macs"));
+  m.def("set_gemm", &rnnlm::set_gemm, "the float32 GEMM ('mkl' or 'onednn') of one time step's products and of "
+        "those of one row, the fewest multiply-adds a product needs to go to oneDNN and to use the thread pool "
+        "(rnnlm.compute.backend.tell calls it)",
+        pybind11::arg("narrow"), pybind11::arg("one_row"), pybind11::arg("min_onednn_macs"),
+        pybind11::arg("min_parallel_macs"));
   m.def("gemm", &rnnlm::gemm_name, "the float32 GEMM of one time step's products now");
+  m.def("one_row_gemm", &rnnlm::one_row_gemm_name,
+        "the float32 GEMM of one time step's products of one row (and at least min_onednn_macs) now");
   m.def("min_onednn_macs", &rnnlm::min_onednn_macs, "the fewest multiply-adds a product needs to go to oneDNN");
   m.def("min_parallel_macs", &rnnlm::min_parallel_macs,
         "the fewest multiply-adds a per-time-step product needs to use the thread pool (fewer: the calling thread)");

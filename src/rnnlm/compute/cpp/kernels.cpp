@@ -67,29 +67,43 @@ Tensor onednn_linear(const Tensor& x, const Tensor& weight, const std::optional<
   return gemm_ops().onednn_linear->call(x, weight, bias, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt);
 }
 
-std::atomic<Gemm> chosen_gemm{Gemm::mkl};
+std::atomic<Gemm> narrow_gemm{Gemm::mkl};
+std::atomic<Gemm> one_row_gemm{Gemm::mkl};
 std::atomic<int64_t> onednn_from_macs{std::numeric_limits<int64_t>::max()};
 std::atomic<int64_t> parallel_from_macs{0};
 
-bool use_onednn(const Tensor& x) {
-  return chosen_gemm.load() == Gemm::onednn && x.scalar_type() == at::kFloat && gemm_ops().onednn_linear;
+Gemm parse_gemm(const std::string& name) {
+  TORCH_CHECK(name == "mkl" || name == "onednn", "unknown GEMM ", name, "; expected mkl or onednn");
+  TORCH_CHECK(name == "mkl" || gemm_ops().onednn_linear, "this PyTorch has no oneDNN linear op");
+  return name == "onednn" ? Gemm::onednn : Gemm::mkl;
+}
+
+std::string name_of(Gemm gemm) { return gemm == Gemm::onednn ? "onednn" : "mkl"; }
+
+// Whether a float32 product of one time step, `rows` rows and `macs` multiply-adds in all, runs
+// through oneDNN: the one-row library's choice for one row of at least onednn_from_macs, the narrow
+// library's for any other (the rule of rnnlm.compute.backend.Gemms.library).
+bool use_onednn(const Tensor& x, int64_t rows, int64_t macs) {
+  const Gemm chosen = rows == 1 && macs >= onednn_from_macs.load() ? one_row_gemm.load() : narrow_gemm.load();
+  return chosen == Gemm::onednn && x.scalar_type() == at::kFloat && gemm_ops().onednn_linear;
 }
 
 }  // namespace
 
-Gemm gemm() { return chosen_gemm.load(); }
-
-void set_gemm(const std::string& name, int64_t min_onednn_macs, int64_t min_parallel_macs) {
-  TORCH_CHECK(name == "mkl" || name == "onednn", "unknown GEMM ", name, "; expected mkl or onednn");
-  TORCH_CHECK(name == "mkl" || gemm_ops().onednn_linear, "this PyTorch has no oneDNN linear op");
+void set_gemm(const std::string& narrow, const std::string& one_row, int64_t min_onednn_macs,
+              int64_t min_parallel_macs) {
+  const Gemm narrow_choice = parse_gemm(narrow), one_row_choice = parse_gemm(one_row);
   TORCH_CHECK(min_onednn_macs >= 0, "min_onednn_macs must not be negative");
   TORCH_CHECK(min_parallel_macs >= 0, "min_parallel_macs must not be negative");
   onednn_from_macs.store(min_onednn_macs);
   parallel_from_macs.store(min_parallel_macs);
-  chosen_gemm.store(name == "onednn" ? Gemm::onednn : Gemm::mkl);
+  narrow_gemm.store(narrow_choice);
+  one_row_gemm.store(one_row_choice);
 }
 
-std::string gemm_name() { return chosen_gemm.load() == Gemm::onednn ? "onednn" : "mkl"; }
+std::string gemm_name() { return name_of(narrow_gemm.load()); }
+
+std::string one_row_gemm_name() { return name_of(one_row_gemm.load()); }
 
 int64_t min_onednn_macs() { return onednn_from_macs.load(); }
 
@@ -108,11 +122,12 @@ OnCallingThread::~OnCallingThread() {
 }
 
 bool narrow_uses_onednn(const Tensor& x, const Tensor& w_t) {
-  return use_onednn(x) && x.size(0) * w_t.size(0) * w_t.size(1) >= onednn_from_macs.load();
+  const int64_t macs = x.size(0) * w_t.size(0) * w_t.size(1);
+  return use_onednn(x, x.size(0), macs) && macs >= onednn_from_macs.load();
 }
 
 NarrowProduct::NarrowProduct(const Tensor& weight, int64_t batch, int64_t time_steps)
-    : weight_(weight), batch_(batch), onednn_(use_onednn(weight)),
+    : weight_(weight), batch_(batch), onednn_(use_onednn(weight, batch, batch * weight.size(0) * weight.size(1))),
       serial_(on_calling_thread(batch * weight.size(0) * weight.size(1))) {
   const GemmOps& ops = gemm_ops();
   if (weight.scalar_type() != at::kFloat) return;

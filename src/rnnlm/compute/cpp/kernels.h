@@ -122,15 +122,18 @@ inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* c
 // ---------------------------------------------------------------- products
 
 // Which library runs the float32 products of one time step (float64 always runs ATen's own, MKL's
-// where it is built), from how many multiply-adds a product goes to oneDNN when it is chosen, and from
-// how many it may use the thread pool: rnnlm.compute.backend decides all three (its GEMM rule, its
-// MIN_ONEDNN_MACS and MIN_PARALLEL_NARROW_MACS) and hands them over in one call, set_gemm. Until then
-// every product runs through MKL, on the thread pool.
+// where it is built): one for a product of one row (batch 1: the stateful pass, sampling one stream)
+// of at least min_onednn_macs multiply-adds, one for every other; from how many multiply-adds a single
+// product goes to oneDNN when it is chosen, and from how many it may use the thread pool:
+// rnnlm.compute.backend decides them all (its GEMM rule, its MIN_ONEDNN_MACS and
+// MIN_PARALLEL_NARROW_MACS) and hands them over in one call, set_gemm. Until then every product runs
+// through MKL, on the thread pool.
 enum class Gemm { mkl, onednn };
 
-Gemm gemm();
-void set_gemm(const std::string& name, int64_t min_onednn_macs, int64_t min_parallel_macs);  // "mkl" or "onednn"
+// Each library "mkl" or "onednn".
+void set_gemm(const std::string& narrow, const std::string& one_row, int64_t min_onednn_macs, int64_t min_parallel_macs);
 std::string gemm_name();
+std::string one_row_gemm_name();
 int64_t min_onednn_macs();
 int64_t min_parallel_macs();
 
@@ -154,8 +157,9 @@ class OnCallingThread {
 // Whether a product of `macs` multiply-adds runs on the calling thread (fewer than min_parallel_macs).
 bool on_calling_thread(int64_t macs);
 
-// Whether one time step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen, and at
-// least min_onednn_macs multiply-adds (the same rule as rnnlm.compute.backend.onednn_for).
+// Whether one time step's product x (B, K) w_t (K, N) runs through oneDNN: float32, oneDNN chosen for its
+// kind (one row or more), and at least min_onednn_macs multiply-adds (the same rule as
+// rnnlm.compute.backend.onednn_for).
 bool narrow_uses_onednn(const Tensor& x, const Tensor& w_t);
 
 // x (B, K) -> x W^T (B, N) for one matrix W (N, K) used at each of `time_steps` time steps. For float32, W is

@@ -47,13 +47,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
 
 from timing import machine, machine_line, timed, write_report  # noqa: E402
+from rnnlm.compute.backend import MKL_STRICT  # noqa: E402  (timing imported the module already)
 
 WAYS = {
     "mkl": {"RNNLM_GEMM": "mkl", "MKL_CBWR": ""},  # set but empty: MKL's mode off, and rnnlm keeps it
-    "mkl strict": {"RNNLM_GEMM": "mkl", "MKL_CBWR": "AUTO,STRICT"},
+    "mkl strict": {"RNNLM_GEMM": "mkl", "MKL_CBWR": MKL_STRICT},
     "onednn": {"RNNLM_GEMM": "onednn", "MKL_CBWR": ""},
-    "mkl strict, onednn narrow": {"RNNLM_GEMM": "mkl:onednn", "MKL_CBWR": "AUTO,STRICT"},
-    "mkl strict, onednn one row": {"RNNLM_GEMM": "mkl:mkl:onednn", "MKL_CBWR": "AUTO,STRICT"},
+    "mkl strict, onednn narrow": {"RNNLM_GEMM": "mkl:onednn", "MKL_CBWR": MKL_STRICT},
+    "mkl strict, onednn one row": {"RNNLM_GEMM": "mkl:mkl:onednn", "MKL_CBWR": MKL_STRICT},
 }
 
 def products(config, rows: int) -> list[tuple[str, int, int, int, bool]]:

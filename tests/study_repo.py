@@ -18,12 +18,18 @@ VAL_CHARS = 3047
 """The predicted characters of a study repository's validation split: two blocks, of 2,047 and 1,000."""
 
 
+FIRST_EPOCH_STATELESS = 3.8
+"""The stateless score of a run's epoch-1 checkpoint, where it kept one."""
+
+
 def git(repo: Path, *args: str, env: dict | None = None) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout
 
 
-def run_metrics(model: str, stateful: float) -> dict:
-    return {"model": model, "tokens": "char", "val_chars": VAL_CHARS, "val_tokens": VAL_CHARS,
+def run_metrics(model: str, stateful: float, first_epoch: float | None = None) -> dict:
+    """A run's evaluation metrics; `first_epoch`: its epoch-1 checkpoint's stateful score, where it kept one."""
+    kept = {} if first_epoch is None else {"first_epoch": {"stateful_bpc": first_epoch, "stateless_bpc": FIRST_EPOCH_STATELESS}}
+    return {**kept, "model": model, "tokens": "char", "val_chars": VAL_CHARS, "val_tokens": VAL_CHARS,
             "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59,
             "context_horizon": 8, "context_carried_bpc": 2.4, "context_curve_bpc": {"1": 3.6, "8": 2.41},
             "reset_curve_bpc": {"1": 3.75, "4": 3.0, "never": stateful},
@@ -43,7 +49,8 @@ def run_params(model: str, seed: int, scale: float) -> dict:
     return params
 
 
-def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int = 1337) -> None:
+def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int = 1337,
+              first_epoch: float | None = None) -> None:
     """The workspace as a finished `dvc repro` of `model` leaves it (the files collect reads)."""
     (repo / "reports/train").mkdir(parents=True, exist_ok=True)
     (repo / "reports/plots").mkdir(parents=True, exist_ok=True)
@@ -54,7 +61,7 @@ def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int =
     epochs = "step\tepoch\ttrain_loss\tval_loss\tval_batch_loss\n10\t1\t2.0\t1.69\t1.72\n20\t2\t1.8\t1.7\t1.69\n"
     (repo / "reports/train/epochs.tsv").write_text(epochs)
     (repo / "reports/train/steps.tsv").write_text("step\ttrain_loss\n1\t2.0\n")
-    (repo / "reports/metrics.json").write_text(json.dumps(run_metrics(model, stateful)))
+    (repo / "reports/metrics.json").write_text(json.dumps(run_metrics(model, stateful, first_epoch)))
     for name in ("reset_curve.csv", "context_curve.csv"):
         (repo / "reports/plots" / name).write_text("k,bpc\n1,3.7\n")
     def nats(bpc: float, first_share: float) -> list[float]:  # the total the metrics imply, split unevenly
@@ -64,7 +71,9 @@ def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int =
     metrics = run_metrics(model, stateful)
     blocks = BlockTable([0, 2048], [2047, 1000], [2047, 1000],
                         {"stateful": nats(stateful, 0.70), "stateless": nats(metrics["stateless_bpc"], 0.68),
-                         "bigram": nats(metrics["bigram_bpc"], 0.66)})
+                         "bigram": nats(metrics["bigram_bpc"], 0.66),
+                         **({} if first_epoch is None else {"first_epoch_stateful": nats(first_epoch, 0.69),
+                                                         "first_epoch_stateless": nats(FIRST_EPOCH_STATELESS, 0.67)})})
     (repo / "reports/validation_blocks.csv").write_text(blocks_csv(blocks))
     (repo / "reports/generations.json").write_text("{}")
     (repo / "reports/generations.md").write_text(f"# Generations: {model} {stateful}\n")
@@ -80,10 +89,11 @@ def commit(repo: Path, message: str, date: str) -> str:
     return git(repo, "rev-parse", "HEAD").strip()
 
 
-def experiment(repo: Path, name: str, model: str, scale: float, stateful: float, date: str, seed: int = 1337) -> str:
+def experiment(repo: Path, name: str, model: str, scale: float, stateful: float, date: str, seed: int = 1337,
+               first_epoch: float | None = None) -> str:
     """A commit on top of HEAD kept only under refs/exps/, as `dvc exp run` (or `dvc exp pull`) leaves one."""
     baseline = git(repo, "rev-parse", "HEAD").strip()
-    write_run(repo, model, scale, stateful, seed)
+    write_run(repo, model, scale, stateful, seed, first_epoch)
     rev = commit(repo, name, date)
     git(repo, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}", rev)
     git(repo, "reset", "-q", "--hard", baseline)

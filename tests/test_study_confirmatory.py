@@ -124,7 +124,7 @@ def test_a_verdict_that_hinges_on_the_edge_shows_in_the_grid():
     (row,) = finding.comparisons
     assert [v for _, v in row.grid] == [SUPPORTED, SUPPORTED, SUPPORTED, CONTRADICTED]  # 0, 0.025, 0.05, 0.10
     assert [v for _, v in finding.sensitivity["gap_growth"]] == [SUPPORTED, SUPPORTED, SUPPORTED, CONTRADICTED]
-    text = "\n".join(findings_markdown([found], REGISTRATION, None))
+    text = "\n".join(findings_markdown([found], [REGISTRATION]))
     assert "| the claim (all) | **supported** | **supported** | **supported** | **contradicted** |" in text
 
 
@@ -133,7 +133,7 @@ def test_a_t_verdict_the_exact_test_cannot_reach_says_so():
     found = exploratory(Evidence(frame, NO_EPOCHS, {"astra_alpha": SHAPES["alpha"]}), REGISTRATION)
     (row,) = found.findings[0].comparisons
     assert row.verdict == SUPPORTED and row.exact_decision.verdict == inconclusive(5)
-    text = "\n".join(findings_markdown([found], REGISTRATION, None))
+    text = "\n".join(findings_markdown([found], [REGISTRATION]))
     line = next(x for x in text.splitlines() if x.startswith("| astra_alpha: stateless − bigram"))
     assert "| supported (t only) | cannot reach 0.05 at n = 5 (p ≥ 0.031 one-sided) |" in line
 

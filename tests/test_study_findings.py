@@ -330,7 +330,7 @@ def test_claim_6_checks_the_headline_figure_as_a_prediction():
     evidence = Evidence(frame, epochs, {"astra_alpha": SHAPES["alpha"]})
     low, high = lc.prediction_range(evidence, "astra_alpha", "last", 10, lc.one_batch_noise(evidence))
     assert high < 1.70
-    text = "\n".join(findings_markdown([judged(frame, epochs)], REGISTRATION, None))
+    text = "\n".join(findings_markdown([judged(frame, epochs)], [REGISTRATION]))
     assert "| astra_alpha | last 1.70 |" in text and "| no |" in text
     best = lc.prediction_range(evidence, "astra_alpha", "best", 10, lc.one_batch_noise(evidence))
     assert best == lc.prediction_range(evidence, "astra_alpha", "best", 10, lc.one_batch_noise(evidence))  # fixed draws
@@ -341,9 +341,10 @@ def findings_record_row(c) -> tuple:
 
 
 def test_every_finding_prints_its_question_rule_p_and_holm_verdict():
+    sealed_rules = dataclasses.replace(REGISTRATION, sealed_by="a" * 40)  # as if added by that commit
     frame = _astra((1.35, 1.53), 0.005)
     passes = [judged(frame)]
-    text = "\n".join(findings_markdown(passes, REGISTRATION, "a" * 40))
+    text = "\n".join(findings_markdown(passes, [sealed_rules]))
     assert "**Exploratory verdict: supported**." in text and "Question: Within each family" in text
     assert "gap(next) − gap(this), gap = stateless − stateful above 0.05 bits/char" in text
     row = next(line for line in text.splitlines() if line.startswith("| gap: astra_beta − astra_alpha"))
@@ -351,7 +352,7 @@ def test_every_finding_prints_its_question_rule_p_and_holm_verdict():
     assert f"| +0.180 | {half:.3f} | 5 | " in row and "| > +0.05 bits/char | < 0.001 | < 0.001 | supported |" in row
     assert "astra_beta: +1.524, +1.528, +1.530, +1.532, +1.536 · astra_alpha: +1.344, " in row  # every run's value
     assert "| 0.008, supported |" in row  # the permutation test: 1 split of 252 as far out, doubled
-    record = findings_record(passes, REGISTRATION, "a" * 40)
+    record = findings_record(passes, [sealed_rules])
     claim_2 = record["claim_2"]["exploratory"]
     assert claim_2["verdict"] == "supported" and claim_2["verdict_code"] == 1 and record["claim_2"]["form"] == "all"
     (compared,) = claim_2["comparisons"]

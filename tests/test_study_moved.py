@@ -38,7 +38,7 @@ def _record() -> dict:
 def test_the_same_findings_move_nothing_even_where_the_figures_do():
     after = _record()
     after["claim_1"]["exploratory"]["comparisons"][0]["estimate"] = 0.2
-    assert verdicts_moved(_record(), after) == ["no verdict moved (2 claims, both passes, every row)"]
+    assert verdicts_moved(_record(), after) == ["no verdict moved (2 claims, every pass, every row)"]
 
 
 def test_each_change_is_one_line_in_claim_and_pass_order():
@@ -102,7 +102,7 @@ def test_the_report_command_prints_what_moved(tmp_path, study_cli):
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[1:] == ["no earlier findings.json to compare with: every verdict is new"]
     again = study_cli(repo, *report)
-    assert again.stdout.splitlines()[1:] == ["no verdict moved (7 claims, both passes, every row)"]
+    assert again.stdout.splitlines()[1:] == ["no verdict moved (7 claims, every pass, every row)"]
     findings = repo / "reports/study/findings.json"
     written = json.loads(findings.read_text())
     now = written["claim_7"]["exploratory"]["verdict"]

@@ -9,6 +9,9 @@ with its own date). Which registration counts, and which runs came after it, is 
 (`rnnlm.study.registration_git`).
 
 In:  a registration file's bytes.
+A later registration may judge only some claims again (`scope:`), on seeds of its own: its pass never
+pools its seeds with an earlier one's (`rnnlm.study.judging.report`).
+
 Out: `Registration` (the file read and checked, with its sha256), `load_registration`,
      `parse_registration`, `registrations` (the files of a study folder, oldest first).
 """
@@ -90,9 +93,26 @@ class Registration:
     raw: dict[str, Any]
     sealed_by: str | None = None  # the commit that added the file (git's, which sealed.tsv must record)
     sealed_date: str | None = None  # that commit's date
+    scope: tuple[int, ...] | None = None  # the claims a later registration judges again; None: every claim
 
     def claim(self, number: int) -> RegisteredClaim:
         return self.claims[number]
+
+    @property
+    def name(self) -> str:
+        """How the report names it: "registration 2"."""
+        return f"registration {self.number}"
+
+    def judges(self, number: int) -> bool:
+        """Whether this registration judges claim `number` (a scoped one judges only its `scope`)."""
+        return number in (self.claims if self.scope is None else self.scope)
+
+    @property
+    def row_models(self) -> frozenset[str]:
+        """Every model the rows of the claims it judges name (a row is a model, or two set against
+        each other)."""
+        return frozenset(model for number, claim in self.claims.items() if self.judges(number)
+                         for row in claim.confirmatory_rows for model in row.split(" − "))
 
 
 def registrations(study_dir: Path) -> list[Path]:
@@ -213,7 +233,22 @@ def parse_registration(data: bytes, path: Path) -> Registration:
     return Registration(path, _need(raw, "registration", int, where), str(_need(raw, "date", str, where)),
                         hashlib.sha256(data).hexdigest(), float(level), tuple(seeds), counts["at_least"],
                         counts["block_chars"], counts["replicates"],
-                        _need(text, "generator_seed", int, f"{where}: text_sample"), claims, raw)
+                        _need(text, "generator_seed", int, f"{where}: text_sample"), claims, raw,
+                        scope=_scope(raw.get("scope"), claims, where))
+
+
+def _scope(raw: Any, claims: dict[int, RegisteredClaim], where: str) -> tuple[int, ...] | None:
+    """`scope:` of a later registration: the claims it judges again, each one it registers and with
+    the rows it judges; None (every claim) when the file has none."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(n, int) and not isinstance(n, bool) for n in raw):
+        raise RegistrationError(f"{where}: scope is {raw!r}; expected a list of the claim numbers it judges")
+    for number in raw:
+        if number not in claims or not claims[number].confirmatory_rows:
+            raise RegistrationError(f"{where}: scope names claim {number}, which it does not register with its "
+                                    "confirmatory_rows; expected each claim it judges under claims:")
+    return tuple(raw)
 
 
 def load_registration(path: Path) -> Registration:

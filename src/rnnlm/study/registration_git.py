@@ -1,6 +1,6 @@
 """The registrations as git holds them: which one counts, and which runs were trained after it.
 
-What counts is read from git alone (`current_registration`): every registration file committed,
+What counts is read from git alone (`sealed_registrations`): every registration file committed,
 each as the bytes of the one commit that added it (`registering_commit` refuses a file that git
 shows changed after that commit, or that the working copy holds otherwise), and
 reports/study/sealed.tsv (`seal`, written by `python -m rnnlm.study register --seal FILE` after that
@@ -12,7 +12,8 @@ report). `collect` also writes that answer into the run's provenance (`code_reco
 of the folder; the report holds it to git and refuses a folder whose record git does not bear out.
 
 In:  the registration files under reports/study/, sealed.tsv, and git.
-Out: `current_registration`, `registering_commit`, `descends_from`, `trained_after`, `code_record`;
+Out: `sealed_registrations` (every one, oldest first), `current_registration` (the newest),
+     `registering_commit`, `descends_from`, `trained_after`, `code_record`;
      `write_registration` fills a draft's history from git and writes the file; `seal` records its
      commit.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +67,12 @@ def _committed_registrations(repo: Path, study_dir: Path) -> set[str]:
     return {Path(line).name for line in done.stdout.splitlines() if NAME.match(Path(line).name)}
 
 
-def current_registration(study_dir: Path) -> Registration:
-    """The study's registration as git holds it: every registration-<n>.yaml of `study_dir` committed
-    (none only in the working copy, none deleted from it), each as the bytes of the one commit that
-    added it, and sealed.tsv recording each with those bytes' sha256 and that commit. The newest is
-    returned, read from git, with that commit (`sealed_by`); anything else is a RegistrationError,
-    since the verdicts turn on which rules count and from when."""
+def sealed_registrations(study_dir: Path) -> list[Registration]:
+    """The study's registrations as git holds them, oldest first: every registration-<n>.yaml of
+    `study_dir` committed (none only in the working copy, none deleted from it), each as the bytes of
+    the one commit that added it, and sealed.tsv recording each with those bytes' sha256 and that
+    commit. Each is read from git, with that commit (`sealed_by`); anything else is a
+    RegistrationError, since the verdicts turn on which rules count and from when."""
     repo = repository_of(study_dir)
     here = {p.name for p in registrations(study_dir)}
     committed = _committed_registrations(repo, study_dir)
@@ -82,7 +84,7 @@ def current_registration(study_dir: Path) -> Registration:
                                 f"(`git checkout -- {study_dir / name}`)")
     if not here:
         raise RegistrationError(f"{study_dir}: no registration-<n>.yaml; expected the study's registered rules")
-    table, registration = sealed(study_dir), None
+    table, found = sealed(study_dir), []
     for path in registrations(study_dir):
         commit = registering_commit(repo, path)
         relative = path.resolve().relative_to(repo.resolve()).as_posix()
@@ -96,8 +98,24 @@ def current_registration(study_dir: Path) -> Registration:
             raise RegistrationError(f"{study_dir / SEALED}: records {path.name} as {record[0][:12]} added by "
                                     f"{record[1][:12]}, but git holds {registration.sha256[:12]} added by {commit[:12]}; "
                                     "a registration is sealed once, by the commit that added it, and never edited")
-        registration = dataclasses.replace(registration, sealed_by=commit, sealed_date=_when(repo, commit)["date"])
-    return registration
+        found.append(dataclasses.replace(registration, sealed_by=commit, sealed_date=_when(repo, commit)["date"]))
+    if found[0].scope is not None:
+        raise RegistrationError(f"{found[0].path}: the first registration has a scope; expected it to register "
+                                "every claim (a later one may judge some again)")
+    for later in found[1:]:
+        if later.scope is None:
+            raise RegistrationError(f"{later.path}: no scope; expected a later registration to name the claims it "
+                                    "judges again (scope: [4]), each on seeds of its own")
+        shared = sorted(set(later.seeds) & {s for earlier in found[:found.index(later)] for s in earlier.seeds})
+        if shared:
+            raise RegistrationError(f"{later.path}: names seeds {shared}, which an earlier registration names; "
+                                    "expected fresh seeds (a pass never pools another's seeds)")
+    return found
+
+
+def current_registration(study_dir: Path) -> Registration:
+    """The newest of `sealed_registrations`."""
+    return sealed_registrations(study_dir)[-1]
 
 
 def seal(repo: Path, path: Path) -> str:
@@ -127,10 +145,18 @@ def registering_commit(repo: Path, path: Path) -> str:
     except ValueError:
         raise RegistrationError(f"{path}: outside the repository {repo}; expected a registration file of the study "
                                 "in this repository") from None
-    done = _git(repo, "log", "--format=%H", "--follow", "--", relative)
+    # The path's own history: `--follow` would also count the commits of a file it was copied from,
+    # as a new registration written from an older one is.
+    done = _git(repo, "log", "--format=%H", "--", relative)
     commits = done.stdout.split()
     if done.returncode != 0 or not commits:
         raise RegistrationError(f"{relative}: not committed; a registration counts from the commit that adds it")
+    moved = [line.split("\t")[1] for line in _git(repo, "show", "--format=", "--name-status", "-M", commits[-1]
+                                                   ).stdout.splitlines() if line.startswith("R") and
+             line.split("\t")[-1] == relative]
+    if moved:
+        raise RegistrationError(f"{relative}: renamed from {moved[0]} by {commits[-1][:7]}; a registration keeps the "
+                                "name of the commit that added it")
     if len(commits) > 1:
         raise RegistrationError(f"{relative}: changed after the commit that registered it ({commits[-1][:7]}, then "
                                 f"{', '.join(c[:7] for c in reversed(commits[:-1]))}); a rule change is a new "
@@ -268,11 +294,14 @@ def _check_code_record(repo: Path, registration: Registration, record: dict[str,
                             "record `collect` writes from git (collect the run again)")
 
 
-def code_record(repo: Path, registration: Registration | None, seed: int, commit: str) -> dict[str, object]:
-    """What a run's provenance says of the study's sealed registration, for a seed it names: the
-    registration, its commit, and whether the code the run was trained on (`commit`) descends from
-    it (read with git here, so that `report` needs none); nothing for another seed or no sealed one."""
-    if registration is None or registration.sealed_by is None or seed not in registration.seeds:
+def code_record(repo: Path, registered: Sequence[Registration], seed: int, commit: str) -> dict[str, object]:
+    """What a run's provenance says of the sealed registration of `registered` that names its seed
+    (the newest that does): the registration, its commit, and whether the code the run was trained
+    on (`commit`) descends from it (read with git here, so that `report` needs none); nothing for a
+    seed none names."""
+    naming = [r for r in registered if r.sealed_by is not None and seed in r.seeds]
+    if not naming:
         return {}
-    return {"registration": {"file": registration.path.name, "commit": registration.sealed_by,
-                             "code_descends": bool(commit) and descends_from(repo, commit, registration.sealed_by)}}
+    chosen = naming[-1]
+    return {"registration": {"file": chosen.path.name, "commit": chosen.sealed_by,
+                             "code_descends": bool(commit) and descends_from(repo, commit, chosen.sealed_by)}}

@@ -32,7 +32,7 @@ import fcntl
 import hashlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -43,7 +43,7 @@ from rnnlm.study.campaign.experiments import CollectError, CommitFiles, Run, fin
 from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, folder_seed, load_run
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration import Registration, registrations
-from rnnlm.study.registration_git import code_record, current_registration
+from rnnlm.study.registration_git import code_record, sealed_registrations
 from rnnlm.study.run_record import provenance_date
 from rnnlm.study.campaign.swap import mend, write_folder
 from rnnlm.params_base import parse_yaml
@@ -51,7 +51,7 @@ from rnnlm.params_base import parse_yaml
 COLLECTED_BY = "python -m rnnlm.study collect"
 
 
-def provenance(repo: Path, files: CommitFiles, run: Run, registration: Registration | None = None) -> dict[str, object]:
+def provenance(repo: Path, files: CommitFiles, run: Run, registered: Sequence[Registration] = ()) -> dict[str, object]:
     """The provenance.json of `run`, a commit of `repo` read through `files`: the run, the machines and
     seconds of its training metrics, and what git says of the registration (`code_record`)."""
     train = json.loads(files.text(run.rev, FOLDER["train_metrics.json"]) or "{}")
@@ -69,7 +69,7 @@ def provenance(repo: Path, files: CommitFiles, run: Run, registration: Registrat
         **_machines(train),
         "train_seconds": train.get("seconds"),
         "made_by": COLLECTED_BY,
-        **code_record(repo, registration, run.seed, run.baseline),
+        **code_record(repo, registered, run.seed, run.baseline),
     }
 
 
@@ -174,7 +174,7 @@ def _replace(folder: Path, label: str, source: str, same: Callable[[dict], bool]
 
 
 def collect_archive(path: Path, out: Path, repo: Path = Path("."),
-                    registration: Registration | None = None) -> Outcome:
+                    registered: Sequence[Registration] = ()) -> Outcome:
     """Write the run in the archive at `path` (`read_archive`) into its study folder under `out`,
     unless the folder holds it already or a newer run; returns what was done. Its
     provenance is the archive's (the GPU, library versions, stage times, how many runs shared the
@@ -191,7 +191,7 @@ def collect_archive(path: Path, out: Path, repo: Path = Path("."),
               **_machines(train), "train_seconds": train.get("seconds"),
               "archive": path.name, "archive_sha256": digest,
               "run_by": record.get("made_by", ARCHIVE_MADE_BY), "made_by": f"{COLLECTED_BY} --archives",
-              **code_record(repo, registration, run.seed, run.baseline)}
+              **code_record(repo, registered, run.seed, run.baseline)}
     folder = run.folder(out)
     check = _checked(f"{_label(run)} (archive {path.name})", run.model, run.seed, not run.full)
     return _replace(folder, _label(run), f"archive {path.name}",
@@ -220,17 +220,17 @@ def _collect(repo: Path, out: Path, archives: list[str | Path]) -> list[str]:
     failures: list[str] = []
     runs = find_runs(repo, refused)
     said += refused
-    registration = current_registration(out) if registrations(out) else None
+    registered = sealed_registrations(out) if registrations(out) else []
     outcomes: list[Outcome] = []
     with CommitFiles(repo) as files:
         for _, run in sorted(newest(runs).items(), key=lambda item: _folder_order(*item[0])):
             try:
-                outcomes.append(_collect_run(repo, files, out, run, registration))
+                outcomes.append(_collect_run(repo, files, out, run, registered))
             except CollectError as error:
                 failures.append(str(error))
     for path in archives:
         try:
-            outcomes.append(collect_archive(Path(path), out, repo, registration))
+            outcomes.append(collect_archive(Path(path), out, repo, registered))
         except CollectError as error:
             failures.append(str(error))
     notes = tokenizer_notes(out)
@@ -247,11 +247,11 @@ def _folder_order(model: str, seed: int | None) -> tuple[str, bool, int]:
     return model, seed is None, seed or 0
 
 
-def _collect_run(repo: Path, files: CommitFiles, out: Path, run: Run, registration: Registration | None) -> Outcome:
+def _collect_run(repo: Path, files: CommitFiles, out: Path, run: Run, registered: Sequence[Registration]) -> Outcome:
     """Write `run` (an experiment or commit of `repo`, read through `files`) into its folder of `out`
     unless the folder holds it already (the same commit read under the same registration) or a newer
     run; returns what was done."""
-    folder, record = run.folder(out), provenance(repo, files, run, registration)
+    folder, record = run.folder(out), provenance(repo, files, run, registered)
 
     def same(held: dict) -> bool:
         return held.get("rev") == run.rev and held.get("registration") == record.get("registration")

@@ -4,11 +4,13 @@ In:  the runs (`Evidence`: one row per model and seed, every run's validation cu
      shape, each run's validation blocks), the registration (`rnnlm.study.registration`), and which
      runs are confirmatory (seeds the registration names, trained on code that descends from it).
 Out: a `Pass` per reading: *exploratory* (every run) and *confirmatory* (the confirmatory runs
-     alone; a row whose models have fewer than the registered seeds waits). In each, per claim a
+     alone; a row whose models have fewer than the registered seeds waits), then one per later
+     registration (`later`: the claims of its scope, on its own seeds alone). In each, per claim a
      `Finding`: its comparisons decided together (Holm's step-down at the registered level, on the
      t-intervals and, beside them, on the exact tests), each row's verdicts at the other edges of
      its registered sensitivity grid, and the claim's verdict by its logical form
-     (`rnnlm.study.judging.verdicts.by_form`). `findings_record` gives reports/study/findings.json;
+     (`rnnlm.study.judging.verdicts.by_form`); `conclusion` reads a claim judged again by a later
+     registration across the passes. `findings_record` gives reports/study/findings.json;
      `rnnlm.study.judging.findings_markdown` renders the passes.
 """
 
@@ -47,11 +49,32 @@ class Finding:
 
 @dataclass(frozen=True)
 class Pass:
-    """One reading of every claim: which runs it reads, and what it finds."""
+    """One reading of the claims: which runs it reads, and what it finds (every claim, or a later
+    registration's scope)."""
 
     name: str
     findings: list[Finding]
     note: str = ""  # why the pass judges nothing, where it cannot
+
+    @property
+    def key(self) -> str:
+        """Its key in findings.json ("registration_2")."""
+        return self.name.replace(" ", "_")
+
+    def finding(self, number: int) -> Finding | None:
+        """Its finding for claim `number`, or None where it does not judge that claim."""
+        return next((f for f in self.findings if f.number == number), None)
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What the study concludes of a claim that a later registration judged again: each row of the
+    first confirmatory pass with its verdict from the newest pass that judged it, and the claim's
+    verdict by its form over those rows."""
+
+    verdict: Verdict
+    rows: tuple[tuple[str, Verdict, str], ...]  # (row, its verdict, the pass that decided it)
+    waiting: tuple[str, ...] = ()  # rows of the first confirmatory pass that no pass has judged yet
 
 
 def _decisions(rows: list[Comparison], level: float, rules: dict[str, float] | None = None
@@ -98,9 +121,12 @@ def _at_each_edge(rows: list[Comparison], level: float,
 
 
 def check_claims(registration: Registration) -> None:
-    """RegistrationError unless the registration registers each claim of `CLAIMS`, numbered 1, 2, ...,
-    with every rule its judge reads (a claim or a rule renamed or left out would stop the judging)."""
+    """RegistrationError unless the registration registers each claim of `CLAIMS` (numbered 1, 2, ...;
+    a later registration, each claim of its scope) with every rule its judge reads (a claim or a rule
+    renamed or left out would stop the judging)."""
     for number, claim in enumerate(CLAIMS, start=1):
+        if registration.scope is not None and number not in registration.scope:
+            continue
         registered = registration.claims.get(number)
         if registered is None:
             raise RegistrationError(f"{registration.path}: no claim {number}; expected claims 1 to {len(CLAIMS)}")
@@ -108,6 +134,9 @@ def check_claims(registration: Registration) -> None:
         if missing:
             raise RegistrationError(f"{registration.path}: claims.{number}.rules has no {', '.join(missing)}; expected "
                                     f"the rules {', '.join(claim.rules)}")
+    beyond = [number for number in registration.scope or () if not 1 <= number <= len(CLAIMS)]
+    if beyond:
+        raise RegistrationError(f"{registration.path}: scope names claim {beyond[0]}; expected claims 1 to {len(CLAIMS)}")
 
 
 def exploratory(evidence: Evidence, registration: Registration) -> Pass:
@@ -119,6 +148,17 @@ def exploratory(evidence: Evidence, registration: Registration) -> Pass:
     return Pass(EXPLORATORY, found)
 
 
+def _waiting(judged: Judgement, evidence: Evidence, at_least: int, whose: str) -> dict[str, str]:
+    """The rows of `judged` whose models have fewer than `at_least` runs in `evidence`, each with
+    what it waits for ("waits for 2 more of beta (confirmatory seeds)")."""
+    waiting = {}
+    for c in judged.comparisons:
+        short = [f"{at_least - evidence.n(m)} more of {m}" for m in c.models if evidence.n(m) < at_least]
+        if short:
+            waiting[c.label] = f"waits for {' and '.join(short)} ({whose})"
+    return waiting
+
+
 def confirmatory(evidence: Evidence, registration: Registration, exploratory_pass: Pass, note: str = "") -> Pass:
     """Every claim judged on the confirmatory runs alone (`evidence` holds only those): a row whose
     models have fewer than the registered seeds each waits, and a row of the exploratory pass with
@@ -128,18 +168,52 @@ def confirmatory(evidence: Evidence, registration: Registration, exploratory_pas
         registered = registration.claim(number)
         judged = claim.judge(evidence.trained(claim.recipes), registered) if not evidence.frame.empty else \
             Judgement([], "")
-        waiting = {}
-        for c in judged.comparisons:
-            short = [f"{registration.at_least - evidence.n(m)} more of {m}" for m in c.models
-                     if evidence.n(m) < registration.at_least]
-            if short:
-                waiting[c.label] = f"waits for {' and '.join(short)} (confirmatory seeds)"
+        waiting = _waiting(judged, evidence, registration.at_least, "confirmatory seeds")
         here = {c.label for c in judged.comparisons}
         explored = exploratory_pass.findings[number - 1].comparisons
         absent = {c.label: "no confirmatory runs yet" for c in explored if c.measured and c.label not in here}
         finding = decide_claim(number, registered, judged, registration.level, waiting)
         found.append(replace(finding, waiting=finding.waiting + tuple(absent.items())))
     return Pass(CONFIRMATORY, found, note)
+
+
+def later(evidence: Evidence, registration: Registration, exploratory_pass: Pass) -> Pass:
+    """The claims a later registration judges again (its `scope`), each on the rows it registers
+    alone and on its own runs alone (`evidence` holds only those, never an earlier registration's):
+    a row whose models have fewer than its seeds waits, and a registered row with no run of its
+    yet says so (named as the exploratory pass names it)."""
+    found = []
+    for number in registration.scope or ():
+        claim, registered = CLAIMS[number - 1], registration.claim(number)
+        judged = claim.judge(evidence.trained(claim.recipes), registered) if not evidence.frame.empty else \
+            Judgement([], "")
+        judged = replace(judged, comparisons=[c for c in judged.comparisons if registered.registers_row(c.models)])
+        waiting = _waiting(judged, evidence, registration.at_least, f"seeds of {registration.name}")
+        here = {c.label for c in judged.comparisons}
+        explored = exploratory_pass.findings[number - 1].comparisons
+        absent = {c.label: f"no runs of {registration.name} yet" for c in explored
+                  if registered.registers_row(c.models) and c.label not in here}
+        finding = decide_claim(number, registered, judged, registration.level, waiting)
+        found.append(replace(finding, waiting=finding.waiting + tuple(absent.items())))
+    return Pass(registration.name, found, "" if not evidence.frame.empty else f"No run of {registration.name} "
+                "collected yet.")
+
+
+def conclusion(number: int, passes: list[Pass]) -> Conclusion | None:
+    """What the study concludes of claim `number` where a later registration judged it again: the
+    rows of the confirmatory pass (`passes[1]`), each with the verdict of the newest pass that judged
+    it (a later registration's rows replace the same rows of the earlier passes, never pooled with
+    them), and the claim's verdict by its form over them. None where no later pass judges the claim."""
+    later_findings = [(p.name, p.finding(number)) for p in passes[2:] if p.finding(number) is not None]
+    if not later_findings:
+        return None
+    first = passes[1].finding(number)
+    rows = {c.label: (c.verdict, passes[1].name) for c in first.comparisons if c.measured}
+    for name, finding in later_findings:
+        rows.update({c.label: (c.verdict, name) for c in finding.comparisons if c.measured})
+    waiting = tuple(label for label, _ in first.waiting if label not in rows)
+    return Conclusion(by_form([verdict for verdict, _ in rows.values()], first.registered.form),
+                      tuple((label, verdict, name) for label, (verdict, name) in rows.items()), waiting)
 
 
 # ----- the record ---------------------------------------------------------------------------------
@@ -178,16 +252,27 @@ def _pass_record(finding: Finding) -> dict[str, object]:
             **finding.judged.record}
 
 
-def findings_record(passes: list[Pass], registration: Registration, registered_by: str | None) -> dict[str, object]:
-    """reports/study/findings.json: the registration, then per claim its form, rules and, per pass,
-    its verdict and every comparison's figures."""
-    record: dict[str, object] = {"registration": {"file": registration.path.name, "sha256": registration.sha256,
-                                                  "commit": registered_by, "date": registration.date}}
-    for i, first in enumerate(passes[0].findings):
+def _registration_record(registration: Registration) -> dict[str, object]:
+    return {"file": registration.path.name, "sha256": registration.sha256, "commit": registration.sealed_by,
+            "date": registration.date}
+
+
+def findings_record(passes: list[Pass], registered: list[Registration]) -> dict[str, object]:
+    """reports/study/findings.json: the first registration (and each later one), then per claim its
+    form, rules and, per pass that judges it, its verdict and every comparison's figures; where a
+    later registration judged a claim again, what the study concludes of it."""
+    record: dict[str, object] = {"registration": _registration_record(registered[0]),
+                                 **{r.name.replace(" ", "_"): _registration_record(r) for r in registered[1:]}}
+    for first in passes[0].findings:
         claim = first.registered
+        ends = conclusion(first.number, passes)
         record[f"claim_{first.number}"] = {
             "claim": claim.text, "form": claim.form,
             "rules": {name: r.figure + " " + ("above" if r.kind == "above" else "within ±") + f" {r.edge:g} {r.unit}"
                       for name, r in claim.rules.items()},
-            **{p.name: _pass_record(p.findings[i]) for p in passes}}
+            **{p.key: _pass_record(p.finding(first.number)) for p in passes if p.finding(first.number) is not None},
+            **({} if ends is None else {"conclusion": {
+                "verdict": str(ends.verdict), "verdict_code": ends.verdict.code,
+                "rows": [{"comparison": label, "verdict": str(v), "decided_by": name} for label, v, name in ends.rows],
+                "waiting": list(ends.waiting)}})}
     return record

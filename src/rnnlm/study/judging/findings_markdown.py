@@ -9,7 +9,7 @@ import re
 
 from rnnlm.reporting.markdown import table_head
 from rnnlm.study.judging.evidence import Comparison
-from rnnlm.study.judging.findings import CONFIRMATORY, Finding, Pass
+from rnnlm.study.judging.findings import EXPLORATORY, Conclusion, Finding, Pass, conclusion
 from rnnlm.study.registration import Registration
 from rnnlm.study.judging.rules import UNITS
 from rnnlm.study.judging.verdicts import CONTRADICTED, SUPPORTED
@@ -161,7 +161,7 @@ def _verdict_line(finding: Finding, one_pass: Pass) -> str:
     if not rows:
         return f"**{one_pass.name.capitalize()} verdict: none yet** (no row judged)."
     scope = ""
-    if one_pass.name == CONFIRMATORY and finding.waiting:
+    if one_pass.name != EXPLORATORY and finding.waiting:
         scope = f" on the {len(rows)} row{'s' if len(rows) != 1 else ''} judged ({judged_rows(finding)})"
     return f"**{one_pass.name.capitalize()} verdict: {finding.verdict}**{scope}."
 
@@ -179,11 +179,31 @@ def _deviation(passes: list[Pass], registration: Registration) -> list[str]:
             f"registered ones: {'; '.join(beyond)}. findings.json marks each row (`registered_row`).", ""]
 
 
-def findings_markdown(passes: list[Pass], registration: Registration, registered_by: str | None) -> list[str]:
-    """The Findings section of reports/study.md, as lines: how claims are judged, then one section per claim."""
-    lines = ["## Findings", "", *_method(passes, registration, registered_by)]
-    for i in range(len(passes[0].findings)):
-        lines += _claim_section([p.findings[i] for p in passes], passes, registration)
+def findings_markdown(passes: list[Pass], registered: list[Registration]) -> list[str]:
+    """The Findings section of reports/study.md, as lines: how claims are judged, then one section per
+    claim (`registered`: the first registration, then each later one, as `passes[2:]` follow them)."""
+    registration = registered[0]
+    lines = ["## Findings", "", *_method(passes, registration, registration.sealed_by), *_later_method(registered[1:])]
+    for first in passes[0].findings:
+        judging = [(p.finding(first.number), p) for p in passes if p.finding(first.number) is not None]
+        lines += _claim_section(judging, passes, registered)
+    return lines
+
+
+def _later_method(later: list[Registration]) -> list[str]:
+    """A paragraph per later registration: what it judges again, on which seeds, and that it never
+    pools them with an earlier registration's."""
+    lines = []
+    for registration in later:
+        claims = ", ".join(str(n) for n in registration.scope or ())
+        lines += [f"*{registration.name.capitalize()}* (`{registration.path.name}`, sha256 "
+                  f"`{registration.sha256[:16]}…`, commit {str(registration.sealed_by)[:7]}, {registration.date}) judges "
+                  f"claim{'s' if len(registration.scope or ()) > 1 else ''} {claims} again, on the rows it names alone "
+                  f"and on its own seeds ({', '.join(str(s) for s in registration.seeds)}), trained on code that "
+                  f"descends from it; a row is judged once each of its models has {registration.at_least} of them, the "
+                  "number its power computation fixed before any trained. It was written with the first confirmatory "
+                  "pass in view, which chose its rows (each claim says why). Its seeds count in its own pass alone: "
+                  "neither pass above reads them, and it reads no run of theirs.", ""]
     return lines
 
 
@@ -214,19 +234,51 @@ def _method(passes: list[Pass], registration: Registration, registered_by: str |
             "read *mixed*). The sensitivity tables give the verdicts at the other edges of each registered grid.", ""]
 
 
-def _claim_section(findings: list[Finding], passes: list[Pass], registration: Registration) -> list[str]:
-    """One claim's section: its words, its verdict in each pass, its question, form, rules and history,
-    then what each pass found (`findings[k]` is the claim in `passes[k]`)."""
-    first, claim = findings[0], findings[0].registered
+def _claim_section(judging: list[tuple[Finding, Pass]], passes: list[Pass], registered: list[Registration]) -> list[str]:
+    """One claim's section: its words, its verdict in each pass that judges it, its question, form,
+    rules and history, then what each pass found, then, where a later registration judged it again,
+    that registration's reasons and what the study concludes."""
+    first, claim = judging[0][0], judging[0][0].registered
     rules = "; ".join(f"{r.figure} {('above ' if r.kind == 'above' else 'within ±')}{r.edge:g} "
                       f"{UNITS.get(r.unit, r.unit)} ({r.why})" for r in claim.rules.values())
     lines = [f"### {first.number}. {claim.text}", "",
-             " ".join(_verdict_line(f, p) for f, p in zip(findings, passes)), "",
+             " ".join(_verdict_line(f, p) for f, p in judging), "",
              f"Question: {claim.question} Form: *{claim.form}*: {claim.why_form} Rules: {rules}. "
-             f"History: {history_note(registration, first.number)}.", ""]
-    for finding, one_pass in zip(findings, passes):
-        lines += _pass_section(finding, one_pass, registration.level)
+             f"History: {history_note(registered[0], first.number)}.", ""]
+    by_name = {r.name: r for r in registered}
+    for finding, one_pass in judging:
+        if one_pass.name in by_name:
+            lines += _later_reasons(by_name[one_pass.name], first.number)
+        lines += _pass_section(finding, one_pass, by_name.get(one_pass.name, registered[0]).level)
+    ends = conclusion(first.number, passes)
+    if ends is not None:
+        lines += [_conclusion_line(ends), ""]
     return lines
+
+
+def _later_reasons(registration: Registration, number: int) -> list[str]:
+    """Why a later registration names the rows it names and leaves out the others, and how it fixed
+    each row's seeds, as its file says."""
+    raw = registration.raw["claims"][number]
+    lines = [f"**{registration.name.capitalize()}: its rows.** {' '.join(str(raw.get('why_rows', '')).split())}", ""]
+    for model, why in (raw.get("left_out") or {}).items():
+        lines += [f"Left out: {model}. {' '.join(str(why).split())}", ""]
+    for row, plan in (raw.get("power") or {}).items():
+        inputs = plan.get("inputs", {})
+        lines += [f"Seeds of {row}: n = {plan.get('n')}, for 80% power at the first pass's estimate "
+                  f"{inputs.get('estimate'):+.3f} and sd {inputs.get('sd'):.3f} (n = {inputs.get('n_seen')}): "
+                  f"{' '.join(str(plan.get('method', '')).split())}", ""]
+    return lines
+
+
+def _conclusion_line(ends: Conclusion) -> str:
+    """The study's conclusion of a claim judged again: its verdict, and each row's with the pass that
+    decided it."""
+    rows = "; ".join(f"{_row_name(label)} — {verdict} ({name})" for label, verdict, name in ends.rows)
+    waiting = f"; {len(ends.waiting)} row{'s' if len(ends.waiting) != 1 else ''} waiting ({', '.join(_row_name(w) for w in ends.waiting)})" \
+        if ends.waiting else ""
+    return (f"**The study concludes: {ends.verdict}**, by the claim's form over each confirmatory row at its newest "
+            f"judgement, never pooled: {rows}{waiting}.")
 
 
 def _pass_section(finding: Finding, one_pass: Pass, level: float) -> list[str]:
@@ -242,7 +294,7 @@ def _pass_section(finding: Finding, one_pass: Pass, level: float) -> list[str]:
         lines += sensitivity_table(finding)
     if finding.waiting:
         lines += [f"Not judged in this pass: {_waiting(finding)}.", ""]
-    if one_pass.name != CONFIRMATORY or finding.comparisons:
+    if one_pass.name == EXPLORATORY or finding.comparisons:
         if len(finding.judged.table) > 2:
             lines += [*finding.judged.table, ""]
         lines += [*finding.judged.extra]
@@ -254,8 +306,11 @@ def _pass_section(finding: Finding, one_pass: Pass, level: float) -> list[str]:
 def verdict_lines(passes: list[Pass], link: str) -> list[str]:
     """One line per claim: its number, its verdict in each pass and the claim, linking to `link`#findings."""
     lines = []
-    for i, first in enumerate(passes[0].findings):
-        verdicts = "; ".join(f"{p.name}: {_short(p.findings[i])}" for p in passes)
+    for first in passes[0].findings:
+        verdicts = "; ".join(f"{p.name}: {_short(p.finding(first.number))}" for p in passes
+                             if p.finding(first.number) is not None)
+        ends = conclusion(first.number, passes)
+        verdicts += "" if ends is None else f"; the study concludes: {ends.verdict}"
         lines.append(f"{first.number}. **{verdicts}**: {first.registered.text} ([figures]({link}#findings))")
     return lines
 
@@ -283,15 +338,26 @@ def replicated(exploratory_finding: Finding, confirmatory_finding: Finding) -> s
 def glance_table(passes: list[Pass]) -> list[str]:
     """The study at a glance: per claim its words, form, the verdict of each pass, whether the
     confirmatory pass replicates the exploratory one, and the rows it still waits for."""
-    first, second = passes
-    lines = table_head(["claim", "form", "exploratory", "confirmatory", "replicated", "rows still waiting"],
-                       "llllll")
+    first, second, *later = passes
+    lines = table_head(["claim", "form", "exploratory", "confirmatory", "replicated", "rows still waiting",
+                        *(f"{p.name} (its rows)" for p in later)], "llllll" + "l" * len(later))
     for explored, confirmed in zip(first.findings, second.findings):
         judged = [c for c in confirmed.comparisons if c.measured]
+        again = [_again(p.finding(explored.number)) for p in later]
         lines.append(f"| {explored.number}. {explored.registered.text} | {explored.registered.form} "
                      f"| {explored.verdict} | {confirmed.verdict if judged else 'none yet'} "
-                     f"| {replicated(explored, confirmed)} | {_waiting(confirmed) or '—'} |")
+                     f"| {replicated(explored, confirmed)} | {_waiting(confirmed) or '—'} |"
+                     + "".join(f" {cell} |" for cell in again))
     return lines
+
+
+def _again(finding: Finding | None) -> str:
+    """A later registration's cell of the glance table: "—" for a claim it does not judge."""
+    if finding is None:
+        return "—"
+    if not any(c.measured for c in finding.comparisons):
+        return f"none yet ({_waiting(finding)})" if finding.waiting else "none yet"
+    return f"{finding.verdict}" + (f" ({_waiting(finding)})" if finding.waiting else "")
 
 
 def beyond_registration(passes: list[Pass]) -> list[str]:

@@ -3,7 +3,8 @@
 In:  two records of reports/study/findings.json (`rnnlm.study.judging.findings.findings_record`):
      the one a `report` is about to replace (`read_findings`: None when there was none) and the
      one it wrote.
-Out: `verdicts_moved` -> one line per change, claim by claim and pass by pass: the claim's verdict,
+Out: `verdicts_moved` -> one line per change, claim by claim and pass by pass (a later
+     registration's too, and the study's conclusion of a claim it judged again): the claim's verdict,
      a row that became judged or waiting, a row's verdict; or one line saying that nothing moved.
 
 Why: each collected run is committed with the report rebuilt, and its note names the verdicts that
@@ -52,9 +53,20 @@ def verdicts_moved(before: Record | None, after: Record) -> list[str]:
     lines: list[str] = []
     for key in _claims(after):
         number = key.split("_", 1)[1]
-        for name in (EXPLORATORY, CONFIRMATORY):
-            lines += _moved(f"claim {number}, {name}", before.get(key, {}).get(name, {}), after[key][name])
-    return lines or [f"no verdict moved ({len(_claims(after))} claims, both passes, every row)"]
+        for name in _passes(after[key]):
+            lines += _moved(f"claim {number}, {name.replace('_', ' ')}", before.get(key, {}).get(name, {}),
+                            after[key][name])
+        old, new = before.get(key, {}).get("conclusion"), after[key].get("conclusion")
+        if new is not None and (old or {}).get("verdict") != new["verdict"]:
+            lines.append(f"claim {number}, the study's conclusion: {(old or {}).get('verdict', 'absent')} -> "
+                         f"{new['verdict']}")
+    return lines or [f"no verdict moved ({len(_claims(after))} claims, every pass, every row)"]
+
+
+def _passes(claim: Record) -> list[str]:
+    """The passes a claim's record holds: exploratory and confirmatory, then each later
+    registration's ("registration_2")."""
+    return [EXPLORATORY, CONFIRMATORY, *(key for key in claim if key.startswith("registration_"))]
 
 
 def _moved(where: str, old: Record, new: Record) -> list[str]:

@@ -28,7 +28,7 @@ import json
 import math
 import os
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -39,13 +39,13 @@ from rnnlm.params import load_params
 from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.figure import write_figure
-from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record
+from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record, later
 from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table, verdict_lines
 from rnnlm.study.folders import in_study_order, load_runs
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.run_record import StudyRun
 from rnnlm.study.registration import Registration, RegistrationError
-from rnnlm.study.registration_git import current_registration, repository_of, trained_after
+from rnnlm.study.registration_git import repository_of, sealed_registrations, trained_after
 from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json
 
 
@@ -183,7 +183,7 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, rea
         "",
         *summary_table(runs, frame, summary, models, base, reading.other_tokenizer),
         "",
-        *findings_markdown(reading.passes, reading.registration, reading.registration.sealed_by),
+        *findings_markdown(reading.passes, list(reading.registered)),
         "## Every run",
         "",
         "One batch: the study's own validation estimator (the loss on one random batch of 64 windows), recorded",
@@ -230,19 +230,32 @@ def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary
 
 @dataclass(frozen=True)
 class Reading:
-    """How the report reads the runs: the registration and its commit, which runs are confirmatory
-    or left out, and the two passes over the claims."""
+    """How the report reads the runs: the registrations (the first, then each later one), which runs
+    each counts as its own or leaves out, and the passes over the claims (exploratory and
+    confirmatory under the first registration, then one per later registration)."""
 
-    registration: Registration
-    confirmatory: frozenset[tuple[str, int]]
+    registered: tuple[Registration, ...]
+    confirmatory: tuple[frozenset[tuple[str, int]], ...]  # per registration, the runs of its confirmatory pass
     other_tokenizer: dict[tuple[str, int], str]  # run -> why it is left out
     passes: list[Pass]
+
+    @property
+    def registration(self) -> Registration:
+        """The first registration: the one that judges every claim."""
+        return self.registered[0]
 
     def read_as(self, run: StudyRun) -> str:
         key = (run.model, run.seed)
         if key in self.other_tokenizer:
             return f"left out: {self.other_tokenizer[key]}"
-        return "confirmatory" if key in self.confirmatory else "exploratory"
+        if key in self.confirmatory[0]:
+            return "confirmatory"
+        for registration, runs in zip(self.registered[1:], self.confirmatory[1:]):
+            if key in runs:
+                return f"confirmatory, {registration.name}"
+            if run.seed in registration.seeds:
+                return f"left out: a seed of {registration.name} outside its pass"
+        return "exploratory"
 
 
 def other_tokenizers(frame: pd.DataFrame) -> dict[tuple[str, int], str]:
@@ -254,32 +267,48 @@ def other_tokenizers(frame: pd.DataFrame) -> dict[tuple[str, int], str]:
 
 def confirmatory_runs(runs: list[StudyRun], registration: Registration, repo: Path) -> frozenset[tuple[str, int]]:
     """The runs of a seed the registration names whose code git shows descends from the commit that
-    added it (`trained_after`: the provenance's commit, never its own say)."""
+    added it (`trained_after`: the provenance's commit, never its own say); for a later
+    registration, only runs of the models its rows name."""
+    if registration.scope is not None:
+        runs = [r for r in runs if r.seed in registration.seeds and r.model in registration.row_models]
     return frozenset((r.model, r.seed) for r in runs
                      if trained_after(repo, registration, r.seed, r.provenance, r.folder / "provenance.json"))
 
 
+def _selected(evidence: Evidence, keep) -> Evidence:
+    """The runs of `evidence` whose (model, seed) `keep` accepts."""
+    frame = evidence.frame
+    return evidence.where(pd.Series([bool(keep((m, int(s)))) for m, s in zip(frame["model"], frame["seed"])],
+                                    index=frame.index, dtype=bool))
+
+
 def read_runs(runs: list[StudyRun], frame: pd.DataFrame, study_dir: Path) -> Reading:
-    """The registration of `study_dir` and which runs came after it (from git), each run's reading,
-    and both passes."""
+    """The registrations of `study_dir` and which runs came after each (from git), each run's reading,
+    and the passes. A seed a later registration names is read by that registration's pass alone:
+    never by the first registration's exploratory or confirmatory pass."""
     try:
-        registration = current_registration(study_dir)
-        check_claims(registration)
-        confirmed = confirmatory_runs(runs, registration, repository_of(study_dir))
+        registered = sealed_registrations(study_dir)
+        for registration in registered:
+            check_claims(registration)
+        repo = repository_of(study_dir)
+        confirmed = tuple(confirmatory_runs(runs, registration, repo) for registration in registered)
     except RegistrationError as error:
         raise StudyReportError(str(error)) from None
+    first_registration, later_seeds = registered[0], {s for r in registered[1:] for s in r.seeds}
     left_out = other_tokenizers(frame)
-    sampling = TextSampling(registration.replicates, registration.generator_seed)
+    sampling = TextSampling(first_registration.replicates, first_registration.generator_seed)
     everything = Evidence(frame, epochs_frame(runs), {r.model: r.shape for r in runs},
                           {(r.model, r.seed): r.blocks for r in runs if r.blocks is not None}, sampling)
-    usable = everything.where(pd.Series([(m, int(s)) not in left_out for m, s in zip(frame["model"], frame["seed"])],
-                                        index=frame.index))
-    first = exploratory(usable, registration)
-    chosen = usable.where(pd.Series([(m, int(s)) in confirmed for m, s in zip(usable.frame["model"],
-                                                                              usable.frame["seed"])],
-                                     index=usable.frame.index))
+    usable = _selected(everything, lambda key: key not in left_out)
+    first = exploratory(_selected(usable, lambda key: key[1] not in later_seeds), first_registration)
+    chosen = _selected(usable, lambda key: key in confirmed[0])
     note = "No confirmatory run collected yet." if chosen.frame.empty else ""
-    return Reading(registration, confirmed, left_out, [first, confirmatory(chosen, registration, first, note)])
+    passes = [first, confirmatory(chosen, first_registration, first, note)]
+    for registration, runs in zip(registered[1:], confirmed[1:]):
+        own = _selected(usable, lambda key, runs=runs: key in runs)
+        own = replace(own, sampling=TextSampling(registration.replicates, registration.generator_seed))
+        passes.append(later(own, registration, first))
+    return Reading(tuple(registered), confirmed, left_out, passes)
 
 
 def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "params.yaml",
@@ -305,7 +334,7 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
         out.path(study_dir / "runs.csv").write_text(csv_text(frame), encoding="utf-8")
         out.path(study_dir / "summary.csv").write_text(csv_text(summary_rows), encoding="utf-8")
         out.path(study_dir / "summary.json").write_text(summary_json(summary_rows), encoding="utf-8")
-        record = findings_record(reading.passes, reading.registration, reading.registration.sealed_by)
+        record = findings_record(reading.passes, list(reading.registered))
         out.path(study_dir / "findings.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
                                                          encoding="utf-8")
         if readme is not None:

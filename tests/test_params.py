@@ -56,6 +56,22 @@ def test_yaml_1_2_floats_without_a_dot(tmp_path, raw_params):
     assert load_params(tmp_path / "params.yaml").models["astra_alpha"].lr == 3e-3
 
 
+@pytest.mark.parametrize("word", ["yes", "no", "on", "off", "Yes", "OFF", "y", "n"])
+def test_a_yaml_1_1_boolean_word_is_refused_where_dvc_reads_a_string(tmp_path, raw_params, word):
+    """`layer_norm: yes` is True to YAML 1.1 and the string 'yes' to DVC (YAML 1.2): refused, so that
+    `dvc params diff` and the run never disagree."""
+    from ruamel.yaml import YAML
+
+    text = yaml.safe_dump(raw_params, sort_keys=False)
+    text = text.replace("layer_norm: false", f"layer_norm: {word}", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    assert YAML(typ="safe").load(text)["models"]["astra_alpha"]["layer_norm"] == word  # what DVC reads
+    with pytest.raises(ParamsError, match=f"^models.astra_alpha.layer_norm: expected true or false, got '{word}'$"):
+        load_params(tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(text.replace(f"layer_norm: {word}", "layer_norm: TRUE", 1))
+    assert load_params(tmp_path / "params.yaml").models["astra_alpha"].layer_norm is True
+
+
 def _set(raw: dict, path: str, value) -> None:
     *parents, last = path.split(".")
     for key in parents:

@@ -131,9 +131,9 @@ documents, read about ten times faster (the study reads a params.yaml per run)."
 
 
 class _Yaml12Loader(_SafeLoader):
-    """PyYAML's safe loader, reading `3e-3` as a float as YAML 1.2 (and so DVC) does, and refusing a
-    mapping that names a key twice, as DVC's reader does; merge keys (`<<: *alpha`) are read, as DVC
-    reads them."""
+    """PyYAML's safe loader, reading `3e-3` as a float and `yes` as a string as YAML 1.2 (and so DVC)
+    does, and refusing a mapping that names a key twice, as DVC's reader does; merge keys
+    (`<<: *alpha`) are read, as DVC reads them."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[object, int] = {}
@@ -160,6 +160,16 @@ _Yaml12Loader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+_BOOL = "tag:yaml.org,2002:bool"
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    for first, resolvers in _Yaml12Loader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+"""Booleans as YAML 1.2 (and so DVC) reads them: only true and false. PyYAML's YAML 1.1 would also read
+yes, no, on and off as booleans, where DVC reads the strings 'yes' and 'off': `layer_norm: yes` would
+train with LayerNorm while `dvc params diff` shows a string. As strings, a boolean setting refuses them."""
 
 
 def describe_value(value: Any) -> str:

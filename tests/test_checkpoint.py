@@ -61,6 +61,30 @@ def test_truncated_file(saved):
         load_checkpoint(path)
 
 
+def test_a_flipped_bit_in_a_weight_is_refused_in_one_line(saved, tmp_path, in_process):
+    """One bit of a stored weight flipped (a finite value still, as a disk or a copy may leave it):
+    PyTorch loads it without a word; the archive's CRC-32 refuses it."""
+    import zipfile
+
+    path = saved[0]
+    with zipfile.ZipFile(path) as archive:
+        entry = next(i for i in archive.infolist() if "/data/" in i.filename and i.file_size >= 4)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = int.from_bytes(data[entry.header_offset + 26:entry.header_offset + 28], "little"), \
+        int.from_bytes(data[entry.header_offset + 28:entry.header_offset + 30], "little")
+    start = entry.header_offset + 30 + name_length + extra_length  # the entry's stored bytes (torch.save stores)
+    data[start + 3] ^= 0x20  # an exponent bit of the first float32: finite still, by a factor of 2**64 off
+    (tmp_path / "flipped.pt").write_bytes(bytes(data))
+    raw, kept = (torch.load(p, weights_only=True)["model_state"] for p in (tmp_path / "flipped.pt", path))
+    assert all(torch.isfinite(v).all() for v in raw.values())  # PyTorch's reader: no word
+    assert sum(int((raw[k] != kept[k]).sum()) for k in kept) == 1  # one weight changed
+    with pytest.raises(CheckpointError, match=rf"flipped.pt: its archive entry {entry.filename} fails its CRC-32 check"):
+        load_checkpoint(tmp_path / "flipped.pt")
+    done = in_process(["-m", "rnnlm.sample", str(tmp_path / "flipped.pt"), "--prompt", "a"], tmp_path)
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert "fails its CRC-32 check" in done.stderr
+
+
 def test_text_file(tmp_path):
     (tmp_path / "notes.pt").write_text("hello")
     with pytest.raises(CheckpointError, match="not an rnnlm checkpoint"):

@@ -153,3 +153,47 @@ def test_a_header_edited_to_show_other_progress_is_never_listed_as_it_says(tmp_p
     (tmp_path / "a.pt").write_bytes(MAGIC + json.dumps(fields, sort_keys=True).encode() + data[line_end:])
     (found,) = list_resume_files(tmp_path)
     assert isinstance(found, ResumeFileError) and "checksum does not match" in str(found)
+
+
+def test_a_file_of_the_same_run_under_other_code_or_settings_is_refused_saying_which(tmp_path, capsys):
+    """The key holds the code that wrote the file and the arithmetic settings the environment chose:
+    the same run's file (the same name) from other code, or under RNNLM_NATIVE=0, MKL_CBWR or
+    RNNLM_GEMM set otherwise, is refused with one note naming what differs."""
+    by_hand = {"loops": "cpp", "MKL_CBWR": "unset", "RNNLM_GEMM": ""}
+
+    def store(code: str = "a" * 64, **settings) -> ResumeStore:
+        return ResumeStore(tmp_path, "astra_alpha", 1, "params and inputs", "cpu", "onednn", code=code,
+                           by_hand={**by_hand, **settings})
+
+    store().save({"epoch": 2}, epochs=5)
+    kinds = {"other code": store(code="b" * 64), "Python loops": store(loops="python"),
+             "MKL_CBWR by hand": store(MKL_CBWR="COMPATIBLE"), "RNNLM_GEMM": store(RNNLM_GEMM="mkl")}
+    assert len({s.fields["key"] for s in kinds.values()} | {store().fields["key"]}) == 5
+    assert {s.path for s in kinds.values()} == {store().path}  # found, and refused, not left beside it
+    notes = {}
+    for kind, other in kinds.items():
+        assert other.load() is None
+        notes[kind] = capsys.readouterr().out.strip()
+    assert notes["other code"] == (f"note: ignoring {store().path}: it was written by other code (library sha256 "
+                                   f"{'a' * 12}, here {'b' * 12}); starting afresh")
+    assert notes["Python loops"].endswith("it was written under other arithmetic settings (loops cpp there, python "
+                                          "here); starting afresh")
+    assert "(MKL_CBWR unset there, COMPATIBLE here)" in notes["MKL_CBWR by hand"]
+    assert "(RNNLM_GEMM  there, mkl here)" in notes["RNNLM_GEMM"]
+    assert store().load()["epoch"] == 2
+
+
+def test_the_code_fingerprint_follows_every_library_file_but_the_studys(tmp_path):
+    from rnnlm.training.resume import code_fingerprint
+
+    root = tmp_path / "rnnlm"
+    (root / "compute/cpp").mkdir(parents=True)
+    (root / "study").mkdir()
+    (root / "training.py").write_text("x = 1\n")
+    (root / "compute/cpp/kernels.cpp").write_text("int x;\n")
+    first = code_fingerprint(root)
+    (root / "study/report.py").write_text("y = 2\n")
+    (root / "notes.md").write_text("words\n")
+    assert code_fingerprint.__wrapped__(root) == first
+    (root / "compute/cpp/kernels.cpp").write_text("int y;\n")
+    assert code_fingerprint.__wrapped__(root) != first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -391,3 +392,22 @@ def test_a_quick_run_saves_its_state_on_the_clock_not_after_every_epoch(raw_para
         _train(params, resume_dir=tmp_path / "always", on_epoch_end=stop_after_second, save_every_s=0)
     _, kept = read_resume_file(next((tmp_path / "always").glob("astra_alpha-*.pt")))
     assert kept["epoch"] == 2
+
+
+def test_a_run_under_other_loops_records_them_and_keys_its_resume_file_otherwise(raw_params, tmp_path, monkeypatch):
+    """RNNLM_NATIVE=0 (or a build that failed) runs the Python loops, whose last bits differ from the
+    compiled ones: the training metrics record the loops and MKL's mode, and the resume key differs,
+    so a run never mixes them."""
+    from rnnlm.compute import backend
+    from rnnlm.reporting.training_report import training_summary
+
+    params, folder = tiny_params(raw_params, epochs=1), tmp_path / "resume"
+    runs = {}
+    for loops in ("cpp", "python"):
+        monkeypatch.setattr(backend, "backend_for", lambda device, loops=loops: loops)
+        runs[loops] = _train(params, resume_dir=folder)
+    machines = {loops: training_summary("astra_alpha", run)["machines"] for loops, run in runs.items()}
+    assert {loops: (m[0]["loops"], m[0]["mkl_cbwr"]) for loops, m in machines.items()} == {
+        "cpp": ("cpp", os.environ.get("MKL_CBWR", "")), "python": ("python", os.environ.get("MKL_CBWR", ""))}
+    keys = {loops: run.resume.fields["key"] for loops, run in runs.items()}
+    assert keys["cpp"] != keys["python"] and runs["cpp"].resume.path == runs["python"].resume.path

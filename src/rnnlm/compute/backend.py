@@ -52,6 +52,9 @@ def strict_mkl() -> bool:
     return True
 
 
+_MKL_CBWR_BY_HAND = os.environ.get("MKL_CBWR")
+"""MKL_CBWR as the environment set it before `strict_mkl` (None: not set)."""
+
 strict_mkl()  # before MKL's first product, which fixes its mode for the process's life
 
 CPU = torch.device("cpu")
@@ -73,6 +76,23 @@ def backend_for(device: torch.device) -> str:
     if device.type == "cuda" and triton_available():
         return "triton"
     return "python"
+
+
+def arithmetic(device: torch.device) -> dict[str, str]:
+    """What sets a run's last bits on `device` beside its processor and its GEMMs (`gemm_for`): the
+    loops that run the recurrences (`backend_for`) and, on the CPU, MKL's reproducibility mode as MKL
+    reads it (MKL_CBWR, "" for MKL's default). What a run's training metrics record per machine."""
+    return {"loops": backend_for(device), **({"mkl_cbwr": os.environ.get("MKL_CBWR", "")} if device.type == "cpu" else {})}
+
+
+def chosen_by_hand(device: torch.device) -> dict[str, str]:
+    """The settings of `device`'s arithmetic that this process's environment chose, not its machine:
+    the loops that run (RNNLM_NATIVE=0, or a build that failed, runs the Python loops), MKL_CBWR when it
+    was set before `strict_mkl` ("unset" otherwise) and RNNLM_GEMM ("" when unset). A resume file's key
+    holds them, so a run never goes on under other ones; what the machine chooses (the GEMM rule,
+    strict MKL on an Intel CPU) is recorded beside it instead, so that a run goes on on another CPU."""
+    return {"loops": backend_for(device), "MKL_CBWR": "unset" if _MKL_CBWR_BY_HAND is None else _MKL_CBWR_BY_HAND,
+            GEMM_ENV: os.environ.get(GEMM_ENV, "")}
 
 
 @cache

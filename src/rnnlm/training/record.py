@@ -39,7 +39,7 @@ from rnnlm.scale import quick
 from rnnlm.timing import StageClock, part_of
 from rnnlm.training.parts import Parts
 from rnnlm.training.progress import EpochProgress, History, Progress
-from rnnlm.training.resume import ResumeStore, check_payload
+from rnnlm.training.resume import ResumeStore, check_payload, code_fingerprint
 from rnnlm.training.samplers import StreamSampler
 from rnnlm.training.settings import RunSettings
 from rnnlm.training.step import NonFiniteLoss
@@ -109,9 +109,11 @@ class RunRecord:
         self.run, self.parts = run, parts
         self.gemm, self.processor = products_gemm(run.device), processor_name(run.device)
         self.store = ResumeStore(self.resume_dir, run.name, run.seed, fingerprint, run.device.type, self.gemm,
-                                 self.processor, run.train.steps_scale)
+                                 self.processor, run.train.steps_scale, code_fingerprint(),
+                                 backend.chosen_by_hand(run.device))
         self.machines: list[dict[str, Any]] = [{"device": run.device.type, "processor": self.processor,
-                                                "gemm": self.gemm, "from_epoch": 1, "from_step": 0}]
+                                                "gemm": self.gemm, **backend.arithmetic(run.device),
+                                                "from_epoch": 1, "from_step": 0}]
         saved = self.store.load(lambda state: check_payload(
             state, parts.model.state_dict(), parts.optimizer.state_dict(), run.epochs, run.steps_per_epoch,
             ("stream_position",) if run.carried else ()))
@@ -249,9 +251,9 @@ class RunRecord:
                                                                     for layer in carried])
         here = self.machines[-1]
         before = saved.get("machines") or [{**here, "processor": "unknown", "gemm": "unknown"}]
-        if (before[-1]["processor"], before[-1]["gemm"]) == (here["processor"], here["gemm"]):
+        if all(before[-1].get(k) == v for k, v in here.items() if k not in ("from_epoch", "from_step")):
             self.machines = before
-        else:  # another CPU or GEMM library takes over from here: its last bits round otherwise
+        else:  # another CPU, GEMM library or MKL mode takes over from here: its last bits round otherwise
             self.machines = [*before, {**here, "from_epoch": saved["epoch"] + 1, "from_step": progress.steps}]
         return Start(saved["epoch"] + 1, progress, History(steps=saved["history_steps"],
                                                            epochs=saved["history_epochs"]), saved["seconds"])

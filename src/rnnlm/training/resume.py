@@ -32,6 +32,7 @@ folder, the headers and their listing need none of it, so `python -m rnnlm.study
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -102,7 +103,8 @@ HEADER_FIELDS = {"model": str, "seed": int, "key": str, "epoch": int, "epochs": 
                  "bytes": int}
 """What every header holds, and of what type."""
 
-OPTIONAL_FIELDS = {"steps_scale": (int, float), "step_in_epoch": int, "device": str, "gemm": str, "processor": str}
+OPTIONAL_FIELDS = {"steps_scale": (int, float), "step_in_epoch": int, "device": str, "gemm": str, "processor": str,
+                   "code": str, "by_hand": dict}
 """What a header may hold besides (files of older code lack some), and of what type."""
 
 
@@ -283,21 +285,58 @@ def check_payload(saved: dict[str, Any], model: dict[str, torch.Tensor], optimiz
     return None
 
 
+_LIBRARY = Path(__file__).resolve().parents[1]
+"""The `rnnlm` package of this checkout (a stage imports its own checkout's: PYTHONPATH=src)."""
+
+CODE_SUFFIXES = (".py", ".cpp", ".h")
+
+
+@functools.cache
+def code_fingerprint(root: Path = _LIBRARY) -> str:
+    """The sha256 of the library's code under `root` (every .py, .cpp and .h file but the study's, by
+    path and bytes): what computes a training step, and more. A resume file records it, so that a run
+    never goes on with epochs another version of the code trained."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in CODE_SUFFIXES and p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith("study/") or "__pycache__" in relative:
+            continue
+        digest.update(relative.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 class ResumeStore:
-    """The resume file of one run: keyed by the run's fingerprint and its kind of device, so runs of
-    the same model with other params or another seed never touch each other's, and a run begun on
-    one CPU goes on from its last save on another CPU or with another GEMM library (the arithmetic
-    after the switch differs in the last bits, not in kind: the run records where it trained). The
-    header also names the processor and GEMM that wrote the file."""
+    """The resume file of one run: named after the run's fingerprint and its kind of device, so runs of
+    the same model with other params or another seed never touch each other's. Its key adds the code
+    that wrote it (`code`: `code_fingerprint`) and the arithmetic settings the environment chose
+    (`by_hand`: `rnnlm.compute.backend.chosen_by_hand`): a file of the same run under other code or
+    other settings is refused with a note saying which, and the run starts afresh. A run begun on one
+    CPU goes on from its last save on another CPU or with another GEMM library by that CPU's rule
+    (the arithmetic after the switch differs in the last bits, not in kind: the run records where it
+    trained). The header also names the processor and GEMM that wrote the file."""
 
     def __init__(self, folder: Path | None, name: str, seed: int, fingerprint: str, device: str, gemm: str,
-                 processor: str = "", steps_scale: float = 1.0):
+                 processor: str = "", steps_scale: float = 1.0, code: str = "", by_hand: Mapping[str, str] | None = None):
         if not MODEL_NAME.fullmatch(name):  # the name becomes a file name: never a path out of the folder
             raise ResumeFileError(f"model {name!r}: not a model name; expected letters, digits and underscores")
-        key = hashlib.sha256(f"{fingerprint}|{device}".encode()).hexdigest()
-        self.path = None if folder is None else Path(folder) / f"{name}-{key[:16]}.pt"
+        run, by_hand = hashlib.sha256(f"{fingerprint}|{device}".encode()).hexdigest(), dict(by_hand or {})
+        key = hashlib.sha256(json.dumps({"run": run, "code": code, "by_hand": by_hand}, sort_keys=True).encode()
+                             ).hexdigest()
+        self.path = None if folder is None else Path(folder) / f"{name}-{run[:16]}.pt"
         self.fields = {"model": name, "seed": seed, "key": key, "device": device, "gemm": gemm,
-                       "processor": processor, "steps_scale": steps_scale}
+                       "processor": processor, "steps_scale": steps_scale, "code": code, "by_hand": by_hand}
+
+    def _other(self, fields: dict[str, Any]) -> str:
+        """Why a file of this run's name and another key is not this run's."""
+        if fields.get("code") != self.fields["code"]:
+            return (f"it was written by other code (library sha256 {str(fields.get('code'))[:12] or 'unrecorded'}, "
+                    f"here {self.fields['code'][:12]}); starting afresh")
+        if fields.get("by_hand") != self.fields["by_hand"]:
+            theirs, ours = fields.get("by_hand") or {}, self.fields["by_hand"]
+            changed = ", ".join(f"{k} {theirs.get(k, 'unrecorded')!s} there, {ours.get(k)} here"
+                                for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k))
+            return f"it was written under other arithmetic settings ({changed}); starting afresh"
+        return "it belongs to another run (other params, inputs or device)"
 
     def load(self, fits: Callable[[dict[str, Any]], str | None] = lambda saved: None) -> dict[str, Any] | None:
         """The saved state, or None (with a note when a file was there but cannot be used: damaged,
@@ -310,7 +349,7 @@ class ResumeStore:
             print(f"note: ignoring {error}; starting afresh")
             return None
         if fields.get("key") != self.fields["key"] or state.get("run_key") != fields["key"]:
-            print(f"note: ignoring {self.path}: it belongs to another run (other params, inputs or device)")
+            print(f"note: ignoring {self.path}: {self._other(fields)}")
             return None
         why = fits(state)
         if why is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import platform
 import re
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from contextlib import contextmanager
 
 import torch
 
+from rnnlm.compute.cpu import available_memory
 from rnnlm.errors import RnnlmError
 
 _CPU_REFUSAL = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
@@ -37,20 +37,10 @@ class OutOfMemory(RnnlmError):
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Free memory on `device`: CUDA's free bytes, or the CPU's MemAvailable (Linux); None if unknown."""
+    """Free memory on `device`: CUDA's free bytes, or the machine's available memory; None if unknown."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return available_memory()
 
 
 def requested_bytes(message: str) -> int | None:

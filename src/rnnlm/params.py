@@ -33,6 +33,20 @@ MODEL_KINDS = (RECURRENT, WINDOW_MLP)
 """The values of a model's `kind:`: a stack of recurrent cells (the default), or the fixed-window MLP."""
 
 
+MAX_TRAINING_STEPS = 1_000_000
+"""The most optimizer steps a model entry may ask for in all (epochs x steps_per_epoch): 125 times the
+longest schedule of the study (astra_gamma's 8,000). A value past it is a typing slip, and DVC would
+have deleted the checkpoint before a training that never ends."""
+
+MAX_NEW_TOKENS = 100_000
+"""The most tokens `generate.max_new_tokens` may ask for per sample: 500 times the study's 200 (every
+prompt, strategy and mode samples that many)."""
+
+MAX_CONTEXT_TARGETS = 100_000
+"""The most `evaluate.context_targets`: 50 times the 2,000 chosen here, and about as many as the
+validation split has positions (each target is scored once per context length)."""
+
+
 def cell_names() -> tuple[str, ...]:
     """The values of a recurrent model's `cell:`: the registered cells (read from the registry
     without importing them, or PyTorch)."""
@@ -124,7 +138,7 @@ class GenerateParams:
     """What the generation report samples: every prompt, with every strategy, in both modes."""
 
     prompts: tuple[str, ...] = text_list()
-    max_new_tokens: int = positive_int()
+    max_new_tokens: int = setting(int, f"an integer from 1 to {MAX_NEW_TOKENS:,}", lambda v: 0 < v <= MAX_NEW_TOKENS)
     temperature: float = positive_float()
     top_k: int = positive_int()
     top_k_temperature: float = positive_float()
@@ -146,7 +160,8 @@ class EvaluateParams:
         list, "a non-empty list of positive integers",
         lambda v: bool(v) and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in v),
     )
-    context_targets: int = positive_int()
+    context_targets: int = setting(int, f"an integer from 1 to {MAX_CONTEXT_TARGETS:,}",
+                                   lambda v: 0 < v <= MAX_CONTEXT_TARGETS)
     horizon_tolerance: float = positive_float()
 
 
@@ -212,6 +227,13 @@ def _check_kind(model: ModelParams, path: str) -> None:
         raise ParamsError(f"{path}.window: only kind {WINDOW_MLP!r} has a window; remove it for cell {model.cell!r}")
 
 
+def _check_schedule(model: ModelParams, path: str) -> None:
+    """The entry's schedule within `MAX_TRAINING_STEPS` steps in all."""
+    if model.epochs * model.steps_per_epoch > MAX_TRAINING_STEPS:
+        raise ParamsError(f"{path}: epochs x steps_per_epoch is {model.epochs:,} x {model.steps_per_epoch:,} = "
+                          f"{model.epochs * model.steps_per_epoch:,} steps; expected at most {MAX_TRAINING_STEPS:,}")
+
+
 def _check_state(model: ModelParams, state: str | None, key: str) -> None:
     """'carried' needs a recurrent model: the fixed-window one has no state to carry (`key`: the
     setting that asked for it)."""
@@ -233,6 +255,7 @@ def model_entry(raw: Any, path: str = "model") -> ModelParams:
     of the fixed-window MLP), validated into `ModelParams`, or a ParamsError naming the key."""
     model = build(ModelParams, _first_spelling(raw), path)
     _check_kind(model, path)
+    _check_schedule(model, path)
     _check_state(model, model.train.state, f"{path}.train.state")
     return model
 

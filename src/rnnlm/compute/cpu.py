@@ -1,12 +1,30 @@
 """The CPU this process runs on, as Linux's /proc/cpuinfo describes it: vendor, model name,
-generation (family, model, stepping), feature flags and whether it has AVX-512. The GEMM rule
-(`rnnlm.compute.backend`) reads the vendor and AVX-512; the runs and benchmarks record the rest.
-Everything is "" (or empty) where /proc/cpuinfo cannot be read.
+generation (family, model, stepping), feature flags and whether it has AVX-512; and the memory the
+machine has available. The GEMM rule (`rnnlm.compute.backend`) reads the vendor and AVX-512; the
+runs and benchmarks record the rest. Everything is "" (or empty) where /proc/cpuinfo cannot be read.
+No PyTorch here: the `cell` stage's checks read it too (`rnnlm.preflight`).
 """
 
 from __future__ import annotations
 
+import os
 from functools import cache
+
+
+def available_memory() -> int | None:
+    """The bytes the machine has available for a new allocation: Linux's MemAvailable, else the free
+    pages; None where neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def cpu_vendor() -> str:

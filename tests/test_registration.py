@@ -3,8 +3,11 @@ descends from the commit that registered them."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -202,3 +205,63 @@ def test_a_registration_without_a_claim_or_rule_the_judging_reads_stops_the_repo
 
     with pytest.raises(RegistrationError, match=why):
         check_claims(load_registration(_edited(tmp_path, edit)))
+
+
+def _sealed_study(repo: Path) -> Path:
+    """`repo` with registration 1 committed and sealed, then a commit of code after it."""
+    path = _registered(repo)
+    _commit(repo, "register the rules")
+    seal(repo, path)
+    _commit(repo, "seal it")
+    (repo / "code.py").write_text("x = 1\n")
+    _commit(repo, "code after the registration")
+    return path
+
+
+def test_a_shallow_clone_is_told_its_history_is_cut_not_that_the_registration_was_edited(repo, tmp_path):
+    _sealed_study(repo)
+    clone = tmp_path / "shallow"
+    run(["git", "clone", "-q", "--depth", "1", repo.as_uri(), str(clone)], tmp_path)
+    with pytest.raises(RegistrationError) as error:
+        current_registration(clone / "reports/study")
+    message = str(error.value)
+    assert "history" in message and "is cut short (a shallow clone)" in message and "`git fetch --unshallow`" in message
+    assert "edited" not in message and "\n" not in message
+    run(["git", "fetch", "-q", "--unshallow"], clone)
+    assert current_registration(clone / "reports/study").number == 1
+
+
+def test_an_export_inside_another_clone_is_not_advised_to_seal_there(repo, tmp_path):
+    """`git archive` unpacked inside another repository (or GIT_DIR set elsewhere): git there holds
+    none of its registrations, and sealing there would seal in the wrong repository."""
+    _sealed_study(repo)
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    run(["git", "init", "-q"], outer)
+    export = outer / "export"
+    export.mkdir()
+    tar = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=repo, capture_output=True, check=True).stdout
+    tarfile.open(fileobj=io.BytesIO(tar)).extractall(export, filter="data")
+    with pytest.raises(RegistrationError) as error:
+        current_registration(export / "reports/study")
+    message = str(error.value)
+    assert f"none of its registrations is committed in the git repository it lies in ({outer}" in message
+    assert "seal nothing here" in message and "register --seal" not in message
+
+
+def test_sealing_a_folder_or_a_commit_git_lacks_says_so_in_one_short_line(repo):
+    path = _sealed_study(repo)
+    for n in range(30):  # a folder of long history: its every commit would have been listed
+        (repo / "reports/study/notes.txt").write_text(f"{n}\n")
+        _commit(repo, f"note {n}")
+    with pytest.raises(RegistrationError, match=r"reports/study: not a registration file; expected one file named "
+                                                r"registration-<n>.yaml") as error:
+        seal(repo, repo / "reports/study")
+    assert not any(commit[:7] in str(error.value) for commit in _git(repo, "log", "--format=%H").split())
+    # the commit object that added it lost (a damaged or partial clone)
+    added = _git(repo, "log", "--format=%H", "--", "reports/study/registration-1.yaml")
+    objects = repo / ".git/objects" / added[:2] / added[2:]
+    objects.unlink()
+    with pytest.raises(RegistrationError) as error:
+        registering_commit(repo, path)
+    assert "git cannot read its history in" in str(error.value) and "not committed" not in str(error.value)

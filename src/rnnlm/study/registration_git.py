@@ -21,6 +21,7 @@ Out: `sealed_registrations` (every one, oldest first), `current_registration` (t
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,6 +77,10 @@ def sealed_registrations(study_dir: Path) -> list[Registration]:
     repo = repository_of(study_dir)
     here = {p.name for p in registrations(study_dir)}
     committed = _committed_registrations(repo, study_dir)
+    if here and not committed:
+        raise RegistrationError(f"{study_dir}: none of its registrations is committed in the git repository it lies in "
+                                f"({repo}{_git_dir_note()}): an export or a copy inside another clone, or GIT_DIR "
+                                "pointing elsewhere; expected a clone of the study's own repository (seal nothing here)")
     for name in sorted(here - committed):
         raise RegistrationError(f"{study_dir / name}: not committed; a registration counts from the commit that adds "
                                 "it (commit it, then `python -m rnnlm.study register --seal`), or remove it")
@@ -136,10 +141,34 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
 
 
+def _git_dir_note() -> str:
+    """", read through GIT_DIR=..." where the environment points git elsewhere, else ""."""
+    return f", read through GIT_DIR={os.environ['GIT_DIR']}" if os.environ.get("GIT_DIR") else ""
+
+
+def _cut_at(repo: Path, commit: str) -> bool:
+    """Whether `commit` is where a shallow clone's history stops (`git clone --depth`): git then says
+    it added every file it holds, whichever commit really did."""
+    if _git(repo, "rev-parse", "--is-shallow-repository").stdout.strip() != "true":
+        return False
+    boundary = Path(_git(repo, "rev-parse", "--git-path", "shallow").stdout.strip())
+    boundary = boundary if boundary.is_absolute() else Path(repo) / boundary
+    return boundary.is_file() and commit in boundary.read_text(encoding="ascii").split()
+
+
+def _short_list(commits: list[str], most: int = 3) -> str:
+    """At most `most` commits, short, then how many more."""
+    shown = ", ".join(c[:7] for c in commits[:most])
+    return shown + (f" and {len(commits) - most} more" if len(commits) > most else "")
+
+
 def registering_commit(repo: Path, path: Path) -> str:
     """The commit that added the registration at `path` (relative to `repo` or absolute), checked:
     the file is committed, exactly one commit ever touched it, and the working copy is those bytes.
     RegistrationError otherwise: a registered file is never edited in place."""
+    if not Path(path).is_file() or not NAME.match(Path(path).name):
+        raise RegistrationError(f"{path}: not a registration file; expected one file named registration-<n>.yaml "
+                                "(say reports/study/registration-2.yaml)")
     try:
         relative = Path(path).resolve().relative_to(Path(repo).resolve()).as_posix()
     except ValueError:
@@ -149,8 +178,17 @@ def registering_commit(repo: Path, path: Path) -> str:
     # as a new registration written from an older one is.
     done = _git(repo, "log", "--format=%H", "--", relative)
     commits = done.stdout.split()
-    if done.returncode != 0 or not commits:
-        raise RegistrationError(f"{relative}: not committed; a registration counts from the commit that adds it")
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no reason given"])[0]
+        raise RegistrationError(f"{relative}: git cannot read its history in {repo} ({why}); expected a complete clone "
+                                "(`git fetch`, or a fresh clone where `git fsck` finds objects missing)")
+    if not commits:
+        raise RegistrationError(f"{relative}: not committed in {repo}{_git_dir_note()}; a registration counts from the "
+                                "commit that adds it")
+    if _cut_at(repo, commits[-1]):
+        raise RegistrationError(f"{relative}: git's history in {repo} is cut short (a shallow clone) at {commits[-1][:7]}, "
+                                "so the commit that added it cannot be read; expected the whole history "
+                                "(`git fetch --unshallow`)")
     moved = [line.split("\t")[1] for line in _git(repo, "show", "--format=", "--name-status", "-M", commits[-1]
                                                    ).stdout.splitlines() if line.startswith("R") and
              line.split("\t")[-1] == relative]
@@ -159,7 +197,7 @@ def registering_commit(repo: Path, path: Path) -> str:
                                 "name of the commit that added it")
     if len(commits) > 1:
         raise RegistrationError(f"{relative}: changed after the commit that registered it ({commits[-1][:7]}, then "
-                                f"{', '.join(c[:7] for c in reversed(commits[:-1]))}); a rule change is a new "
+                                f"{_short_list(list(reversed(commits[:-1])))}); a rule change is a new "
                                 "registration, never an edit")
     committed = subprocess.run(["git", "show", f"{commits[0]}:{relative}"], cwd=repo, capture_output=True).stdout
     if committed != (Path(repo) / relative).read_bytes():

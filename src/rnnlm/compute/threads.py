@@ -2,8 +2,10 @@
 
 Two runs that each compute on every core stall each other: PyTorch's OpenMP threads wait at every
 barrier for peers that are not running (docs/study-runs.md has the measurements). So a computing
-stage joins the share (`join()`): it leaves a file named by its process id in one folder per machine
-and user, and computes on `cores // live processes` threads (at least one). Between training steps
+stage joins the share (`join()`): it leaves a file named by its process id in one folder for the whole
+machine (`share_folder`: every user's and every TMPDIR's rnnlm processes; a run that looked in
+$TMPDIR missed a Slurm job's or another user's and lost up to 95% of its speed beside one), and
+computes on `cores // live processes` threads (at least one). Between training steps
 `refresh()` counts again, at most once a second, so a run started alone gives up cores when a second
 run starts and takes them back when it ends; however the runs were started (`dvc queue start -j 2`,
 two terminals, our runner).
@@ -37,9 +39,33 @@ REFRESH_SECONDS = 1.0
 """At most this often `refresh()` counts the live processes (a folder listing: tens of microseconds)."""
 
 
+FOLDER_ENV = "RNNLM_CORES_DIR"
+"""Names another share folder: a share of its own (the tests'), or a folder several machines'
+containers see as one."""
+
+MACHINE_FOLDERS = (Path("/dev/shm"), Path("/tmp"))
+"""Where the share lives, the first that is a folder: the same for every process on the machine,
+whatever its TMPDIR (a Slurm job sets its own) or its user."""
+
+
 def share_folder() -> Path:
-    """Where the processes that share this machine's cores leave their files (one per user)."""
-    return Path(tempfile.gettempdir()) / f"rnnlm-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    """Where the processes that share this machine's cores leave their files: one folder for the whole
+    machine (`MACHINE_FOLDERS`), every user's and every TMPDIR's rnnlm processes in it, unless
+    RNNLM_CORES_DIR names another."""
+    if os.environ.get(FOLDER_ENV):
+        return Path(os.environ[FOLDER_ENV])
+    root = next((folder for folder in MACHINE_FOLDERS if folder.is_dir()), Path(tempfile.gettempdir()))
+    return root / "rnnlm-cores"
+
+
+def _open_to_everyone(folder: Path) -> None:
+    """Make the share folder one that every user may join (mode 1777, as /tmp: each may add files
+    and remove only their own), where this process made it; elsewhere it is left as it is."""
+    try:
+        if folder.stat().st_uid == os.getuid() and folder.stat().st_mode & 0o7777 != 0o1777:
+            folder.chmod(0o1777)
+    except (OSError, AttributeError):
+        pass  # another user's folder, or a system without modes: it shares as it is
 
 
 def machine_cores() -> int:
@@ -51,16 +77,18 @@ def machine_cores() -> int:
 
 
 def live_processes(folder: Path) -> int:
-    """How many processes in `folder` are alive (the same process id and start time as they wrote);
-    the files of those that ended are removed."""
+    """How many processes in `folder` are alive and running (the same process id and start time as
+    they wrote; one stopped by SIGSTOP, a paused training, holds no core until it goes on); the files
+    of those that ended are removed."""
     live = 0
     for entry in folder.glob("*"):
         if entry.name.startswith(".") or not entry.is_file():
             continue  # a file being written (`join`): its writer renames it in a moment; or not a file of ours
         try:
             pid, started = int(entry.name), float(entry.read_text() or "nan")
-            if abs(psutil.Process(pid).create_time() - started) < 1e-3:
-                live += 1
+            process = psutil.Process(pid)
+            if abs(process.create_time() - started) < 1e-3:
+                live += process.status() != psutil.STATUS_STOPPED
                 continue
         except (ValueError, OSError, psutil.Error):
             pass  # not ours, unreadable, or the process is gone (or its id reused)
@@ -96,6 +124,7 @@ class CoreShare:
         partial = me.with_name(f".{me.name}.tmp")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
+            _open_to_everyone(self.folder)
             partial.write_text(repr(psutil.Process().create_time()))
             partial.replace(me)  # whole, or not there: another process never reads half of it
         except OSError as error:

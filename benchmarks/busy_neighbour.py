@@ -1,26 +1,31 @@
-"""One training beside a busy process that is not ours: the share of its speed alone it keeps, and
-whether its checkpoint has the same bits as alone, under each OpenMP wait policy.
+"""One training beside busy processes: the share of its speed alone it keeps, and whether its
+checkpoint has the same bits as alone, under each OpenMP wait policy.
 
-    python benchmarks/busy_neighbour.py --corpus PATH/tinyshakespeare.txt \\
+    python benchmarks/busy_neighbour.py --corpus PATH/tinyshakespeare.txt --policies default \
         --markdown reports/speed/busy-neighbour-NAME.md --json reports/speed/busy-neighbour-NAME.json
     python benchmarks/busy_neighbour.py --corpus PATH --steps-scale 0.02 --rounds 1     # checks that it runs
 
 A training of `--model` at `train.steps_scale` `--steps-scale` (the library's `train`, after joining the
-core share as the train stage does, no thread setting) runs in a process of its own:
+core share as the train stage does, no thread setting) runs in a process of its own, with a TMPDIR of
+its own, in each case of `NEIGHBOURS` (`--cases` picks some):
 
 - alone;
-- beside a pure-Python loop (`while True: pass`) at `nice -n 10`, one core's worth of work;
-- beside a numpy loop (300x300 products, one BLAS thread) at `nice -n 10`.
+- beside a pure-Python loop (`while True: pass`), a numpy loop (300x300 products, one BLAS thread) or
+  a two-thread PyTorch loop (512x512 products), each at `nice -n 10`: processes that are not rnnlm's,
+  which the share cannot count, so the training keeps every core and how its threads wait at each
+  barrier for the one that shares a core decides what it loses;
+- beside another rnnlm training (astra_alpha at full scale) with a TMPDIR of its own, at the same
+  priority, or one or two of them at `nice -n 10`: a Slurm job, another user or another shell, which
+  the machine's share counts whatever their TMPDIR.
 
-Each of those under each `--policies` entry: `default` (no OMP_WAIT_POLICY: libgomp's own, which
+Each case under each `--policies` entry: `default` (no OMP_WAIT_POLICY: libgomp's own, which
 spins a while at a barrier, then sleeps; rnnlm sets none, as these runs chose), `passive`
 (OMP_WAIT_POLICY=PASSIVE: a waiting thread sleeps at once), `active` (OMP_WAIT_POLICY=ACTIVE: it
-spins). A neighbour is not an rnnlm process, so the share does not count it: the training keeps
-every core, and how its threads wait at each barrier for the one that shares a core decides what
-it loses. Cases run in turn, round after round, so that whatever else the machine does falls on all
+spins). Cases run in turn, round after round, so that whatever else the machine does falls on all
 of them alike; a row gives the median tokens per second over the rounds (each the median over the
-run's steps), the share of the same policy's speed alone, and whether every run's weights have
-the bits of the first run alone. The machine should be otherwise idle.
+run's steps), the share of the same policy's speed alone, the threads each run ended on, and
+whether every run's weights have the bits of the first run alone. The machine should be otherwise
+idle (a paused training, SIGSTOP, counts as idle: it holds no core of the share).
 """
 
 from __future__ import annotations
@@ -41,10 +46,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 from timing import corpus_parser, cpu_report, write_report  # noqa: E402
 
-NEIGHBOURS = {
-    "alone": None,
-    "beside a Python loop": "while True: pass",
-    "beside a numpy loop": "import numpy as np\na = np.random.rand(300, 300)\nwhile True: a @ a",
+RNNLM = "rnnlm"
+"""A neighbour that is another rnnlm training (this file's `--child`, astra_alpha at full scale, so it
+outlasts the one measured), in a TMPDIR of its own: it joins the machine's core share as any run does."""
+
+PYTHON_LOOP = "while True: pass"
+NUMPY_LOOP = "import numpy as np\na = np.random.rand(300, 300)\nwhile True: a @ a"
+TORCH_LOOP = "import torch\ntorch.set_num_threads(2)\na = torch.randn(512, 512)\nwhile True: a @ a"
+
+NEIGHBOURS = {  # case -> its neighbours, each (nice, what it runs)
+    "alone": [],
+    "beside a Python loop": [(10, PYTHON_LOOP)],
+    "beside a numpy loop": [(10, NUMPY_LOOP)],
+    "beside a two-thread PyTorch loop": [(10, TORCH_LOOP)],
+    "beside an rnnlm training, another TMPDIR": [(0, RNNLM)],
+    "beside an rnnlm training at nice 10, another TMPDIR": [(10, RNNLM)],
+    "beside two rnnlm trainings at nice 10, other TMPDIRs": [(10, RNNLM), (10, RNNLM)],
 }
 POLICIES = {"default": None, "passive": "PASSIVE", "active": "ACTIVE"}
 
@@ -77,45 +94,57 @@ def _child(corpus: str, model: str, scale: float) -> None:
                       "weights_sha256": digest.hexdigest(), "threads": __import__("torch").get_num_threads()}))
 
 
-def _one(corpus: Path, model: str, scale: float, neighbour: str | None, policy: str | None) -> dict[str, object]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
-    env["TMPDIR"] = tempfile.mkdtemp(prefix="busy-neighbour-")  # a core share of its own: no other run counts
+def _one(corpus: Path, model: str, scale: float, neighbours: list[tuple[int, str]],
+         policy: str | None) -> dict[str, object]:
+    """One training of `model` beside `neighbours` (each started a second before it, killed after it),
+    each process in a TMPDIR of its own; the core share is the machine's, as for any run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "RNNLM_CORES_DIR")}
+    tmpdirs = [tempfile.mkdtemp(prefix="busy-neighbour-") for _ in range(len(neighbours) + 1)]
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
-    busy = None
-    if neighbour is not None:
-        quiet = {**env, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        busy = subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", neighbour], env=quiet)
+    busy = []
+    for (nice, code), tmpdir in zip(neighbours, tmpdirs[1:]):
+        if code == RNNLM:
+            command, own = [sys.executable, __file__, "--child", str(corpus), "astra_alpha", "1.0"], {**env}
+        else:  # one core's worth of work, unless the code sets its threads itself
+            command, own = [sys.executable, "-c", code], {**env, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                                                          "MKL_NUM_THREADS": "1"}
+        busy.append(subprocess.Popen(["nice", "-n", str(nice), *command], env={**own, "TMPDIR": tmpdir},
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    if busy:
         time.sleep(1.0)  # running before the training starts
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", str(corpus), model, str(scale)], env=env,
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, __file__, "--child", str(corpus), model, str(scale)],
+                              env={**env, "TMPDIR": tmpdirs[0]}, capture_output=True, text=True, check=False)
     finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
-        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+        for process in busy:
+            process.kill()
+            process.wait()
+        for tmpdir in tmpdirs:
+            shutil.rmtree(tmpdir, ignore_errors=True)
     if done.returncode != 0:
         raise RuntimeError(f"the training exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(corpus: Path, model: str, scale: float, rounds: int, policies: list[str]) -> dict[str, object]:
-    """Every (policy, neighbour) case trained `rounds` times, in turn round after round: a row per case
+def measure(corpus: Path, model: str, scale: float, rounds: int, policies: list[str],
+            cases: dict[str, list[tuple[int, str]]] = NEIGHBOURS) -> dict[str, object]:
+    """Every (policy, case) trained `rounds` times, in turn round after round: a row per case
     (median tokens per second, its share of the same policy alone, every run's rate, threads, and
     whether every run's weights have the bits of the first run alone), with the model and scale."""
     runs: dict[tuple[str, str], list[dict[str, object]]] = {}
     for _ in range(rounds):
         for policy in policies:
-            for neighbour, code in NEIGHBOURS.items():
-                runs.setdefault((policy, neighbour), []).append(_one(corpus, model, scale, code, POLICIES[policy]))
+            for neighbour, neighbours in cases.items():
+                runs.setdefault((policy, neighbour), []).append(_one(corpus, model, scale, neighbours,
+                                                                     POLICIES[policy]))
     reference = runs[(policies[0], "alone")][0]["weights_sha256"]
     rows = []
     for (policy, neighbour), found in runs.items():
         rate = statistics.median(r["tokens_per_second"] for r in found)
         alone = statistics.median(r["tokens_per_second"] for r in runs[(policy, "alone")])
         rows.append({"policy": policy, "neighbour": neighbour, "tokens_per_second": rate, "kept": rate / alone,
-                     "rates": [r["tokens_per_second"] for r in found], "threads": found[0]["threads"],
+                     "rates": [r["tokens_per_second"] for r in found], "threads": [r["threads"] for r in found],
                      "same_bits": all(r["weights_sha256"] == reference for r in found)})
     return {"model": model, "steps_scale": scale, "rounds": rounds, "rows": rows}
 
@@ -123,13 +152,16 @@ def measure(corpus: Path, model: str, scale: float, rounds: int, policies: list[
 def markdown(report: dict[str, object]) -> str:
     lines = [f"# One training beside a busy process ({report['machine_line']})", "",
              f"Written by `benchmarks/busy_neighbour.py`. {report['model']} at train.steps_scale "
-             f"{report['steps_scale']}, {report['rounds']} rounds; each neighbour at `nice -n 10` on one core's "
-             "worth of work. Tokens per second: the median over the rounds of each run's median step; kept: against "
-             "the same policy alone; same bits: every run's weights equal the first run alone's.", "",
-             "| OMP_WAIT_POLICY | case | threads | tokens/s | kept | same bits |", "|---|---|---:|---:|---:|---|"]
+             f"{report['steps_scale']}, {report['rounds']} rounds, each process in a TMPDIR of its own. "
+             "Tokens per second: the median over the rounds of each run's median step; kept: against the same policy "
+             "alone; threads: what each round's run ended on (its share of the cores); same bits: every run's weights "
+             "equal the first run alone's.", "",
+             "| OMP_WAIT_POLICY | case | threads | tokens/s | kept | every round's tokens/s | same bits |",
+             "|---|---|---|---:|---:|---|---|"]
     for r in report["rows"]:
-        lines.append(f"| {r['policy']} | {r['neighbour']} | {r['threads']} | {r['tokens_per_second']:,.0f} | "
-                     f"{r['kept']:.0%} | {'yes' if r['same_bits'] else 'no'} |")
+        lines.append(f"| {r['policy']} | {r['neighbour']} | {', '.join(map(str, r['threads']))} | "
+                     f"{r['tokens_per_second']:,.0f} | {r['kept']:.0%} | {', '.join(f'{x:,.0f}' for x in r['rates'])} | "
+                     f"{'yes' if r['same_bits'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -138,9 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps-scale", type=float, default=0.25)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
+    parser.add_argument("--cases", nargs="+", choices=list(NEIGHBOURS), default=list(NEIGHBOURS),
+                        help="which cases (alone is always measured: the others are read against it)")
     args = parser.parse_args(argv)
+    cases = {name: NEIGHBOURS[name] for name in NEIGHBOURS if name == "alone" or name in args.cases}
     report = cpu_report(args.corpus, keeps_memory=False)
-    report.update(measure(args.corpus.resolve(), args.model, args.steps_scale, args.rounds, args.policies))
+    report.update(measure(args.corpus.resolve(), args.model, args.steps_scale, args.rounds, args.policies, cases))
     write_report(markdown(report), report, args.markdown, args.json)
 
 

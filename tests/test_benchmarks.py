@@ -530,19 +530,48 @@ def test_busy_neighbour_keeps_each_policys_share_and_says_when_bits_differ(monke
     """Each case against its own policy alone, medians over rounds, and the bits against the first run
     alone (a stand-in training: what the benchmark makes of the figures, not the machine's speed)."""
     busy_neighbour = _benchmark_module("busy_neighbour")
-
+    cases = {name: busy_neighbour.NEIGHBOURS[name] for name in ("alone", "beside a Python loop", "beside a numpy loop")}
     rates = iter([100, 50, 40, 90, 80, 85, 110, 60, 30, 95, 70, 90])  # round by round: policy, then case
-    monkeypatch.setattr(busy_neighbour, "_one", lambda corpus, model, scale, code, policy: {
+    monkeypatch.setattr(busy_neighbour, "_one", lambda corpus, model, scale, neighbours, policy: {
         "tokens_per_second": next(rates), "threads": 2,
-        "weights_sha256": "other" if (policy, code) == ("PASSIVE", busy_neighbour.NEIGHBOURS["beside a numpy loop"])
-        else "same"})
-    report = busy_neighbour.measure(Path("corpus"), "astra_alpha", 0.1, 2, ["default", "passive"])
+        "weights_sha256": "other" if (policy, neighbours) == ("PASSIVE", cases["beside a numpy loop"]) else "same"})
+    report = busy_neighbour.measure(Path("corpus"), "astra_alpha", 0.1, 2, ["default", "passive"], cases)
     rows = {(r["policy"], r["neighbour"]): r for r in report["rows"]}
     assert rows[("default", "beside a Python loop")]["kept"] == pytest.approx(55 / 105)
     assert rows[("passive", "beside a numpy loop")]["kept"] == pytest.approx(87.5 / 92.5)
     assert [r["same_bits"] for r in report["rows"]] == [True, True, True, True, True, False]
     text = busy_neighbour.markdown({**report, "machine_line": "a CPU"})
-    assert "| passive | beside a numpy loop | 2 | 88 | 95% | no |" in text
+    assert "| passive | beside a numpy loop | 2, 2 | 88 | 95% | 85, 90 | no |" in text
+
+
+def test_busy_neighbour_runs_each_process_in_a_tmpdir_of_its_own_and_kills_its_neighbours(monkeypatch, tmp_path):
+    """Every neighbour started (an rnnlm training as this file's child, at its nice) in its own TMPDIR,
+    the measured run in another, and each neighbour killed after it."""
+    busy_neighbour = _benchmark_module("busy_neighbour")
+    started, killed = [], []
+
+    class Neighbour:
+        def __init__(self, command, env, **_):
+            started.append((command, env["TMPDIR"]))
+
+        def kill(self):
+            killed.append(True)
+
+        def wait(self):
+            pass
+
+    def training(command, env, **_):
+        started.append((command, env["TMPDIR"]))
+        return subprocess.CompletedProcess(command, 0, '{"tokens_per_second": 1}', "")
+
+    monkeypatch.setattr(busy_neighbour.subprocess, "Popen", Neighbour)
+    monkeypatch.setattr(busy_neighbour.subprocess, "run", training)
+    monkeypatch.setattr(busy_neighbour.time, "sleep", lambda s: None)
+    case = busy_neighbour.NEIGHBOURS["beside two rnnlm trainings at nice 10, other TMPDIRs"]
+    assert busy_neighbour._one(tmp_path / "corpus.txt", "astra_alpha", 0.1, case, None) == {"tokens_per_second": 1}
+    assert [c[:3] + c[-2:] for c, _ in started[:2]] == [["nice", "-n", "10", "astra_alpha", "1.0"]] * 2
+    assert started[2][0][-2:] == ["astra_alpha", "0.1"] and len({tmpdir for _, tmpdir in started}) == 3
+    assert len(killed) == 2
 
 
 def test_context_cost_times_other_batch_widths_beside_the_curves_own(tmp_path):

@@ -105,9 +105,13 @@ def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_fold
 def test_the_cell_stage_imports_no_cell_and_no_pytorch(tmp_path):
     """What lets its import graph stop at the registry's names (`specs=False` above); and it writes
     the selected cell's files alone."""
-    out = tmp_path / "cell.json"
+    from rnnlm.data.corpus import Split, character_vocabulary, write_prepared
+
+    out, prepared = tmp_path / "cell.json", tmp_path / "prepared"
+    text = "to be or not to be, that is the question. " * 40  # the checks read the validation text's length
+    write_prepared(Split(text[:1200], text[1200:]), character_vocabulary(text), prepared)
     code = ("import runpy, sys\n"
-            f"sys.argv = ['cell', {str(out)!r}]\n"
+            f"sys.argv = ['cell', {str(out)!r}, {str(prepared)!r}, {str(tmp_path / 'no-tokenizer')!r}]\n"
             "try:\n"
             f"    runpy.run_path({str(REPO_ROOT / 'stages/cell.py')!r}, run_name='__main__')\n"
             "except SystemExit as end:\n"

@@ -12,8 +12,11 @@ its own, in each case of `NEIGHBOURS` (`--cases` picks some):
 - alone;
 - beside a pure-Python loop (`while True: pass`), a numpy loop (300x300 products, one BLAS thread) or
   a two-thread PyTorch loop (512x512 products), each at `nice -n 10`: processes that are not rnnlm's,
-  which the share cannot count, so the training keeps every core and how its threads wait at each
-  barrier for the one that shares a core decides what it loses;
+  which the share's folder cannot count and its count of busy threads leaves out (they run at a lower
+  priority), so the training keeps every core and how its threads wait at each barrier for the one
+  that shares a core decides what it loses;
+- beside the two-thread PyTorch loop at the training's own priority: counted among the busy threads
+  (`rnnlm.compute.threads.busy_elsewhere`), so the training gives up a core;
 - beside another rnnlm training (astra_alpha at full scale) with a TMPDIR of its own, at the same
   priority, or one or two of them at `nice -n 10`: a Slurm job, another user or another shell, which
   the machine's share counts whatever their TMPDIR.
@@ -59,6 +62,7 @@ NEIGHBOURS = {  # case -> its neighbours, each (nice, what it runs)
     "beside a Python loop": [(10, PYTHON_LOOP)],
     "beside a numpy loop": [(10, NUMPY_LOOP)],
     "beside a two-thread PyTorch loop": [(10, TORCH_LOOP)],
+    "beside a two-thread PyTorch loop at the same priority": [(0, TORCH_LOOP)],
     "beside an rnnlm training, another TMPDIR": [(0, RNNLM)],
     "beside an rnnlm training at nice 10, another TMPDIR": [(10, RNNLM)],
     "beside two rnnlm trainings at nice 10, other TMPDIRs": [(10, RNNLM), (10, RNNLM)],

@@ -59,6 +59,12 @@ def test_layer_norm_gradients_are_the_same_bits_at_one_and_at_two_threads():
     assert not torch.equal(pytorchs[0][2], pytorchs[1][2])
 
 
+def _quiet_share(folder, cores):
+    """A share that sees no busy process outside it, whatever else this machine runs (the other test
+    worker): what these tests count is the share's own members."""
+    return threads.CoreShare(folder, cores=cores, busy=lambda members: 0)
+
+
 def _live_process():
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 
@@ -69,7 +75,7 @@ def _enter(folder, process):
 
 def test_a_run_takes_its_share_of_the_cores_as_others_come_and_go(tmp_path):
     torch.set_num_threads(3)
-    share = threads.CoreShare(tmp_path, cores=4)
+    share = _quiet_share(tmp_path, cores=4)
     assert share.join() == 3  # not verified yet: as it was
     assert share.verify(lambda: [torch.ones(3)])
     assert share.refresh(now=True) == 4
@@ -100,7 +106,7 @@ def test_a_run_takes_its_share_of_the_cores_as_others_come_and_go(tmp_path):
 
 def test_a_run_whose_gradients_depend_on_the_threads_keeps_its_count(tmp_path, capsys):
     torch.set_num_threads(2)
-    share = threads.CoreShare(tmp_path, cores=4)
+    share = _quiet_share(tmp_path, cores=4)
     share.join()
     assert not share.verify(lambda: [torch.tensor([float(torch.get_num_threads())])])
     other = _live_process()
@@ -117,7 +123,7 @@ def test_a_run_whose_gradients_depend_on_the_threads_keeps_its_count(tmp_path, c
 def test_a_thread_count_set_by_hand_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-    share = threads.CoreShare(tmp_path, cores=4)
+    share = _quiet_share(tmp_path, cores=4)
     share.join()
     assert not share.verify(lambda: [torch.ones(1)]) and not share.probed and share.refresh(now=True) == 1
     assert [p.name for p in tmp_path.iterdir()] == [str(share.joined.name)]  # the others still count it
@@ -139,7 +145,7 @@ def test_a_share_that_cannot_be_joined_costs_the_share_not_the_run(tmp_path, mon
             raise PermissionError(13, "Permission denied")
         monkeypatch.setattr(threads.Path, "write_text", refuse)
     torch.set_num_threads(2)
-    share = threads.CoreShare(folder, cores=4)
+    share = _quiet_share(folder, cores=4)
     assert share.join() == 2
     assert share.verify(lambda: [torch.ones(1)]) is (spoil == "a folder inside it")
     assert share.refresh(now=True) == (4 if spoil == "a folder inside it" else 2)  # the folder isn't counted
@@ -229,7 +235,64 @@ def test_every_process_of_the_machine_finds_one_share_whatever_its_tmpdir(tmp_pa
     assert folder.parent in threads.MACHINE_FOLDERS and folder.name == "rnnlm-cores"
     monkeypatch.setenv(threads.FOLDER_ENV, str(tmp_path / "own"))
     assert threads.share_folder() == tmp_path / "own"
-    share = threads.CoreShare(tmp_path / "own", cores=2)
+    share = _quiet_share(tmp_path / "own", cores=2)
     share.join()
     assert (tmp_path / "own").stat().st_mode & 0o7777 == 0o1777  # any user may join, and remove only their own
     share.leave()
+
+
+def _fake_proc(root, running: int, tasks: dict[int, list[tuple[str, int, int]]]):
+    """A /proc of `tasks` (pid -> each thread's (state, flags, nice)) whose stat says `running` run,
+    this process's own threads among them."""
+    (root / "self/task/1").mkdir(parents=True)
+    (root / "self/task/1/stat").write_text("1 (python) R 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0\n")
+    (root / "stat").write_text(f"cpu  1 2 3\nprocs_running {running}\nprocs_blocked 0\n")
+    for pid, threads_of in tasks.items():
+        for i, (state, flags, nice) in enumerate(threads_of):
+            task = root / str(pid) / "task" / str(pid + i)
+            task.mkdir(parents=True)
+            task.joinpath("stat").write_text(f"{pid + i} (a (b) c) {state} 1 1 1 0 -1 {flags} 0 0 0 0 0 0 0 0 "
+                                             f"{20 + nice} {nice} 1 0\n")
+    return root
+
+
+def test_busy_threads_elsewhere_count_running_threads_at_this_priority_or_above(tmp_path):
+    """What `refresh` adds to the share's members: running threads of other processes, not the
+    kernel's, not those at a higher nice value, not the processes it is told to skip (the share's)."""
+    import os
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    proc = _fake_proc(tmp_path, running=9, tasks={
+        100: [("R", 0, mine), ("R", 0, mine), ("S", 0, mine)],  # make -j: two running, one asleep
+        200: [("R", 0, mine + 10)],  # nice'd: it runs only when ours wait
+        300: [("R", threads.PF_KTHREAD, mine)],  # a kernel worker
+        400: [("R", 0, mine)],  # a member of the share
+    })
+    assert threads.busy_elsewhere(frozenset({400}), proc) == 2
+    quiet = _fake_proc(tmp_path / "quiet", running=1, tasks={100: [("R", 0, mine)]})
+    assert threads.busy_elsewhere(frozenset(), quiet) == 0  # the machine runs only this process: nothing read
+
+
+def test_a_busy_process_outside_the_share_takes_a_core_from_it_and_gives_it_back(tmp_path):
+    counts = iter([0, 1, 1, 1, 0, 0, 0, 0])  # a moment of load, then load, then none again
+    torch.set_num_threads(2)
+    share = threads.CoreShare(tmp_path, cores=2, busy=lambda members: next(counts))
+    share.join()
+    assert share.verify(lambda: [torch.ones(1)])
+    assert [share.refresh(now=True) for _ in range(7)] == [2, 2, 1, 1, 1, 1, 2]  # by the median of the last 5
+    share.leave()
+
+
+def test_a_real_busy_loop_is_seen_running(tmp_path):
+    """On this machine's own /proc: a busy Python loop at this process's priority is counted among
+    the running threads (at least once in a few looks: the scheduler may have it waiting), and not
+    when its process is skipped."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        seen = [threads.busy_elsewhere() for _ in range(20) if not time.sleep(0.05)]
+        skipped = [threads.busy_elsewhere(frozenset({busy.pid})) for _ in range(5)]
+        assert max(seen) >= 1 and max(seen) >= max(skipped)
+    finally:
+        busy.kill()
+        busy.wait()

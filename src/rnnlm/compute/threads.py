@@ -5,10 +5,13 @@ barrier for peers that are not running (docs/study-runs.md has the measurements)
 stage joins the share (`join()`): it leaves a file named by its process id in one folder for the whole
 machine (`share_folder`: every user's and every TMPDIR's rnnlm processes; a run that looked in
 $TMPDIR missed a Slurm job's or another user's and lost up to 95% of its speed beside one), and
-computes on `cores // live processes` threads (at least one). Between training steps
-`refresh()` counts again, at most once a second, so a run started alone gives up cores when a second
-run starts and takes them back when it ends; however the runs were started (`dvc queue start -j 2`,
-two terminals, our runner).
+computes on `cores // (live processes + busy threads elsewhere)` threads (at least one): the busy
+threads are those of processes outside the share running at its priority or above (`busy_elsewhere`:
+`make -j`, a test suite, another PyTorch job), the load the folder cannot see, so that a run does not
+keep a thread whose core another process holds and spin at every barrier waiting for it. Between
+training steps `refresh()` counts again, at most once a second (the busy threads by the median of the
+last few counts), so a run started alone gives up cores when a second run starts and takes them back
+when it ends; however the runs were started (`dvc queue start -j 2`, two terminals, our runner).
 
 This changes no bits where nothing in a training step depends on the thread count. Our own code
 ensures it (the one PyTorch operation we use that did not, LayerNorm's backward, is replaced by
@@ -76,11 +79,11 @@ def machine_cores() -> int:
         return os.cpu_count() or 1
 
 
-def live_processes(folder: Path) -> int:
-    """How many processes in `folder` are alive and running (the same process id and start time as
+def live_members(folder: Path) -> set[int]:
+    """The process ids in `folder` that are alive and running (the same process id and start time as
     they wrote; one stopped by SIGSTOP, a paused training, holds no core until it goes on); the files
     of those that ended are removed."""
-    live = 0
+    live = set()
     for entry in folder.glob("*"):
         if entry.name.startswith(".") or not entry.is_file():
             continue  # a file being written (`join`): its writer renames it in a moment; or not a file of ours
@@ -88,7 +91,8 @@ def live_processes(folder: Path) -> int:
             pid, started = int(entry.name), float(entry.read_text() or "nan")
             process = psutil.Process(pid)
             if abs(process.create_time() - started) < 1e-3:
-                live += process.status() != psutil.STATUS_STOPPED
+                if process.status() != psutil.STATUS_STOPPED:
+                    live.add(pid)
                 continue
         except (ValueError, OSError, psutil.Error):
             pass  # not ours, unreadable, or the process is gone (or its id reused)
@@ -99,12 +103,76 @@ def live_processes(folder: Path) -> int:
     return live
 
 
+PROC = Path("/proc")
+"""Linux's process table: what `busy_elsewhere` reads."""
+
+PF_KTHREAD = 0x00200000
+"""The kernel's flag of its own threads (in /proc/PID/stat's flags): never a neighbour of ours."""
+
+BUSY_SAMPLES = 5
+"""`refresh` counts the busy neighbours once a count (`REFRESH_SECONDS`) and goes by the median of this
+many counts: a task that runs for a moment (a `git status`, a kernel worker) moves nothing."""
+
+
+def busy_elsewhere(skip: frozenset[int] = frozenset(), proc: Path = PROC) -> int:
+    """How many threads of other processes are running now at this process's priority or above (their
+    nice value no higher): the load the share's folder cannot see (`make -j`, a test suite, another
+    PyTorch job), which takes a core from under a barrier of ours. Processes of `skip` (this one, the
+    share's members, already counted) and the kernel's threads are left out; threads at a higher nice
+    value too, as the scheduler gives them the cores only when ours wait. Linux only: 0 elsewhere.
+    Cheap when the machine is quiet: /proc/stat's runnable count first; the threads themselves are read
+    only where something beyond this process runs."""
+    try:
+        running = int(next(line.split()[1] for line in (proc / "stat").read_text().splitlines()
+                           if line.startswith("procs_running ")))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
+    if running <= _running_threads(proc / "self" / "task"):
+        return 0
+    own = os.getpid()
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    busy = 0
+    for process in proc.glob("[0-9]*"):
+        if not process.name.isdigit() or int(process.name) in skip or int(process.name) == own:
+            continue
+        for task in _task_stats(process / "task"):
+            state, flags, its_nice = task[0], int(task[6]), int(task[16])
+            busy += state == "R" and not flags & PF_KTHREAD and its_nice <= nice
+    return busy
+
+
+def _task_stats(tasks: Path) -> list[list[str]]:
+    """The fields after the command name of each thread's /proc stat line under `tasks` (a process that
+    ended meanwhile has none)."""
+    found = []
+    try:
+        for task in tasks.iterdir():
+            try:
+                line = (task / "stat").read_text()
+            except OSError:
+                continue
+            fields = line[line.rindex(")") + 2:].split()
+            if len(fields) > 16:
+                found.append(fields)
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def _running_threads(tasks: Path) -> int:
+    """How many of the threads under `tasks` are running."""
+    return sum(fields[0] == "R" for fields in _task_stats(tasks))
+
+
 class CoreShare:
     """This process's place in the share: `join()`, then `refresh()` as often as convenient."""
 
-    def __init__(self, folder: Path | None = None, cores: int | None = None):
+    def __init__(self, folder: Path | None = None, cores: int | None = None,
+                 busy: Callable[[frozenset[int]], int] = busy_elsewhere):
         self.folder = folder
         self.cores = cores
+        self.busy = busy  # the running threads of processes outside the share (`busy_elsewhere`)
+        self.busy_counts: list[int] = []  # the last BUSY_SAMPLES counts of them
         self.fixed = "OMP_NUM_THREADS" in os.environ
         self.why_fixed = "OMP_NUM_THREADS is set" if self.fixed else ""
         self.verified = False
@@ -167,10 +235,13 @@ class CoreShare:
         if now or clock - self.checked >= REFRESH_SECONDS:
             self.checked = clock
             try:
-                share = max(1, self.cores // max(1, live_processes(self.folder)))
+                members = live_members(self.folder)
             except OSError as error:  # the folder replaced or made unreadable while the run goes on
                 self._cannot_share(error)
                 return torch.get_num_threads()
+            self.busy_counts = [*self.busy_counts[1 - BUSY_SAMPLES:], self.busy(frozenset(members))]
+            others = sorted(self.busy_counts)[(len(self.busy_counts) - 1) // 2]  # the median (the lower of two)
+            share = max(1, self.cores // max(1, len(members) + others))
             if share != torch.get_num_threads():
                 torch.set_num_threads(share)
         return torch.get_num_threads()

@@ -51,6 +51,15 @@ def _cores_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _none_of_the_users_folders(monkeypatch):
+    """The user's own settings that name folders (`USERS_FOLDERS`: a corpus mirror, the resume folder
+    the README has them export) never reach a stage a test runs in its own process: the tests'
+    corpora and resume files are their own (`run` drops them for subprocesses too)."""
+    for name in USERS_FOLDERS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _own_core_share(monkeypatch, _cores_folder):
     """A stage run inside a test's process joins a share of the cores of its own, left at the test's
     end, not the machine's (`rnnlm.compute.threads`), where it would stay for the worker's life."""
@@ -112,7 +121,7 @@ def sha256_of(data: bytes) -> str:
 
 def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `cmd` in `cwd`, capturing text output; raise with the output when `check` fails."""
-    full_env = {k: v for k, v in os.environ.items() if k != _MIRROR}  # tests never use a mirror by accident
+    full_env = {k: v for k, v in os.environ.items() if k not in USERS_FOLDERS}  # never the user's, by accident
     full_env.update(env or {})
     done = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True)
     if check and done.returncode != 0:
@@ -120,7 +129,8 @@ def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) 
     return done
 
 
-_MIRROR = "RNNLM_CORPUS_MIRROR"
+USERS_FOLDERS = ("RNNLM_CORPUS_MIRROR", "RNNLM_RESUME_DIR")
+"""Settings of the user's shell that name their own folders: no test reads or writes there."""
 
 
 def make_dvc_repo(root: Path, corpus: str, params_update) -> Path:

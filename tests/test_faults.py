@@ -132,9 +132,9 @@ def test_a_full_disk_at_the_checkpoint_loses_no_training(pipeline, tmp_path, mon
     root = tmp_path / "copy"
     shutil.copytree(pipeline, root)
     (root / "models/model.pt").unlink()
-    _disk_full_at(monkeypatch, "model.pt")
-    assert _in_process(root, "train", monkeypatch, capsys)[0] == 1
-    monkeypatch.undo()
+    with monkeypatch.context() as full:  # the disk full for the first run alone
+        _disk_full_at(full, "model.pt")
+        assert _in_process(root, "train", full, capsys)[0] == 1
     code, out, err = _in_process(root, "train", monkeypatch, capsys)
     assert code == 0, err
     assert "resuming astra_alpha after epoch 2" in out and "epoch 01/2" not in out  # nothing trained again

@@ -16,7 +16,7 @@ Out: a `Pass` per reading: *exploratory* (every run) and *confirmatory* (the con
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from rnnlm.study.judging.claims import CLAIMS, Judgement
@@ -163,17 +163,8 @@ def confirmatory(evidence: Evidence, registration: Registration, exploratory_pas
     """Every claim judged on the confirmatory runs alone (`evidence` holds only those): a row whose
     models have fewer than the registered seeds each waits, and a row of the exploratory pass with
     no confirmatory run at all says so."""
-    found = []
-    for number, claim in enumerate(CLAIMS, start=1):
-        registered = registration.claim(number)
-        judged = claim.judge(evidence.trained(claim.recipes), registered) if not evidence.frame.empty else \
-            Judgement([], "")
-        waiting = _waiting(judged, evidence, registration.at_least, "confirmatory seeds")
-        here = {c.label for c in judged.comparisons}
-        explored = exploratory_pass.findings[number - 1].comparisons
-        absent = {c.label: "no confirmatory runs yet" for c in explored if c.measured and c.label not in here}
-        finding = decide_claim(number, registered, judged, registration.level, waiting)
-        found.append(replace(finding, waiting=finding.waiting + tuple(absent.items())))
+    found = [_on_own_runs(number, evidence, registration, exploratory_pass, "confirmatory seeds",
+                          "no confirmatory runs yet") for number in range(1, len(CLAIMS) + 1)]
     return Pass(CONFIRMATORY, found, note)
 
 
@@ -182,21 +173,28 @@ def later(evidence: Evidence, registration: Registration, exploratory_pass: Pass
     alone and on its own runs alone (`evidence` holds only those, never an earlier registration's):
     a row whose models have fewer than its seeds waits, and a registered row with no run of its
     yet says so (named as the exploratory pass names it)."""
-    found = []
-    for number in registration.scope or ():
-        claim, registered = CLAIMS[number - 1], registration.claim(number)
-        judged = claim.judge(evidence.trained(claim.recipes), registered) if not evidence.frame.empty else \
-            Judgement([], "")
-        judged = replace(judged, comparisons=[c for c in judged.comparisons if registered.registers_row(c.models)])
-        waiting = _waiting(judged, evidence, registration.at_least, f"seeds of {registration.name}")
-        here = {c.label for c in judged.comparisons}
-        explored = exploratory_pass.findings[number - 1].comparisons
-        absent = {c.label: f"no runs of {registration.name} yet" for c in explored
-                  if registered.registers_row(c.models) and c.label not in here}
-        finding = decide_claim(number, registered, judged, registration.level, waiting)
-        found.append(replace(finding, waiting=finding.waiting + tuple(absent.items())))
+    found = [_on_own_runs(number, evidence, registration, exploratory_pass, f"seeds of {registration.name}",
+                          f"no runs of {registration.name} yet", registration.claim(number).registers_row)
+             for number in registration.scope or ()]
     return Pass(registration.name, found, "" if not evidence.frame.empty else f"No run of {registration.name} "
                 "collected yet.")
+
+
+def _on_own_runs(number: int, evidence: Evidence, registration: Registration, exploratory_pass: Pass, whose: str,
+                 none_yet: str, keep: Callable[[tuple[str, ...]], bool] = lambda models: True) -> Finding:
+    """Claim `number` judged on one registration's own runs (`evidence`), on the rows whose models
+    `keep` accepts: a row whose models have fewer than its seeds waits ("waits for ... (`whose`)"), and a
+    row of the exploratory pass with no run here says `none_yet`."""
+    claim, registered = CLAIMS[number - 1], registration.claim(number)
+    judged = claim.judge(evidence.trained(claim.recipes), registered) if not evidence.frame.empty else \
+        Judgement([], "")
+    judged = replace(judged, comparisons=[c for c in judged.comparisons if keep(c.models)])
+    waiting = _waiting(judged, evidence, registration.at_least, whose)
+    here = {c.label for c in judged.comparisons}
+    absent = {c.label: none_yet for c in exploratory_pass.findings[number - 1].comparisons
+              if c.measured and keep(c.models) and c.label not in here}
+    finding = decide_claim(number, registered, judged, registration.level, waiting)
+    return replace(finding, waiting=finding.waiting + tuple(absent.items()))
 
 
 def conclusion(number: int, passes: list[Pass]) -> Conclusion | None:

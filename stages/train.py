@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.data.corpus import TRAIN_FILE, VAL_FILE, read_corpus
-from rnnlm.compute import threads
+from rnnlm.compute import backend, threads
 from rnnlm.command_line import RESUMES, command_args, run_main
 from rnnlm.scale import validation_text
 from rnnlm.memory import fits_in_memory, keep_freed_memory
@@ -39,6 +39,8 @@ def main() -> None:
     train_text = read_corpus(Path(prepared) / TRAIN_FILE)
     val_text = validation_text(read_corpus(Path(prepared) / VAL_FILE), run.train.steps_scale)  # part of it: a quick run
     request = f"training {name} (train.batch_size {run.train.batch_size}, train.seq_len {run.train.seq_len})"
+    if note := backend.unlisted_cpu_note(run.device):  # a CPU model the GEMM table does not list yet
+        print(note)
 
     def live(progress) -> None:  # the figures so far, for `dvc exp show` and `study status` while it trains
         write_training_report(report_dir, name, progress)

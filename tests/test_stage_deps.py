@@ -212,3 +212,11 @@ def test_the_committed_lock_is_the_lock_of_this_tree():
             if is_tracked and how != "not in cache":
                 stale.setdefault(stage, []).append(f"{path}: {how}")
     assert stale == {}, f"dvc.lock is stale (run `dvc repro` and commit dvc.lock): {stale}"
+
+
+def test_a_stage_depends_on_the_data_files_its_modules_read():
+    """The GEMM table is data, not an import, but it chooses every CPU product's library: a new row
+    reruns the stages that compute."""
+    table = REPO_ROOT / "src/rnnlm/compute/gemm_table.json"
+    for name in ("cell", "train", "evaluate"):
+        assert table in runs(STAGES[name], name) and _covered(table, STAGES[name]["deps"]), name

@@ -198,26 +198,42 @@ def test_mkl_is_asked_for_its_strict_mode_on_intel_cpus_only(monkeypatch, vendor
     assert backend.os.environ.get("MKL_CBWR") == after
 
 
-def test_a_new_process_computes_a_training_steps_gradients_with_the_same_bits_at_one_and_two_threads():
-    """What lets a run join the core share, on the CPU this test runs on: a fresh process that imports
-    rnnlm (nothing set by hand: no MKL_CBWR, no OMP_NUM_THREADS), astra_alpha's shape of model and
-    batch. On an Intel CPU it fails without `strict_mkl` (the weight gradients' sums split by thread)."""
+def test_a_new_process_keeps_its_bits_at_one_and_two_threads_under_every_choice_of_the_gemm_table():
+    """What lets a run join the core share, on the CPU this test runs on, under this CPU's own choice
+    and under every row's libraries of the GEMM table: a fresh process that imports rnnlm (nothing set
+    by hand: no MKL_CBWR, no OMP_NUM_THREADS) computes astra_alpha's training gradients (its model and
+    batch) and a stateful pass whose products of one row reach MIN_ONEDNN_MACS (hidden 512) with the
+    same bits at one thread and at two. On an Intel CPU it fails without `strict_mkl` (the weight
+    gradients' sums split by thread)."""
     import os
-    code = ("import torch\n"
+    from rnnlm.compute import gemm_table
+
+    choices = sorted({str(backend.cpu_gemm())} | {str(backend.Gemms(*row.libraries)) for row in gemm_table.load_table().values()})
+    code = ("import sys, torch\n"
+            "from rnnlm.compute import backend\n"
+            "from rnnlm.evaluation.scoring import streamed_token_nll\n"
             "from rnnlm.models.config import ModelConfig\n"
             "from rnnlm.models.kinds import build_model\n"
             "from rnnlm.training.train import probe_gradients\n"
             "torch.manual_seed(0)\n"
             "model = build_model(ModelConfig(cell='gru', vocab_size=65, embd=64, hidden=128, layers=1))\n"
-            "grads = {}\n"
-            "for n in (1, 2):\n"
-            "    torch.set_num_threads(n)\n"
-            "    grads[n] = [g.clone() for g in probe_gradients(model, 64, 128, 65)]\n"
-            "print(all(torch.equal(a, b) for a, b in zip(grads[1], grads[2])))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "OMP_NUM_THREADS")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+            "wide = build_model(ModelConfig(cell='gru', vocab_size=65, embd=64, hidden=512, layers=1)).eval()\n"
+            "stream = torch.randint(65, (41,), generator=torch.Generator().manual_seed(1))\n"
+            "for choice in sys.argv[1:]:\n"
+            "    backend.use_gemm(backend.Gemms.parse(choice))\n"
+            "    grads, losses = {}, {}\n"
+            "    for n in (1, 2):\n"
+            "        torch.set_num_threads(n)\n"
+            "        grads[n] = [g.clone() for g in probe_gradients(model, 64, 128, 65)]\n"
+            "        with torch.no_grad():\n"
+            "            losses[n] = streamed_token_nll(wide, stream)\n"
+            "    same = all(torch.equal(a, b) for a, b in zip(grads[1], grads[2])) and torch.equal(losses[1], losses[2])\n"
+            "    print(choice, same)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "OMP_NUM_THREADS", backend.GEMM_ENV)}
+    done = subprocess.run([sys.executable, "-c", code, *choices], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True"]
+    assert done.stdout.split("\n")[:-1] == [f"{choice} True" for choice in choices]
+    assert backend.MIN_ONEDNN_MACS <= 512 * 3 * 512  # the wide model's hidden-side product of one row is of that kind
 
 
 def test_every_process_of_the_machine_finds_one_share_whatever_its_tmpdir(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The library files a script runs: its `rnnlm` imports, followed through the library (imports
-inside functions included), and the C++ sources that `rnnlm.compute.build` compiles when it is reached."""
+inside functions included), the C++ sources that `rnnlm.compute.build` compiles when it is reached,
+and the data files a reached module reads beside itself (`READS`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SRC = REPO_ROOT / "src"
 
 REGISTRY = "rnnlm.models.cells"
+READS = {"rnnlm.compute.gemm_table": ("gemm_table.json",)}
+"""Module -> the data files it reads from its own folder: what it computes changes with them."""
 
 def module_file(name: str) -> Path | None:
     """The file of module `name` under src/, or None when it is not a library module."""
@@ -76,6 +79,7 @@ def library_files(script: Path, specs: bool = True) -> set[Path]:
             children |= {CELLS.module(cell) for cell in CELLS if module_file(CELLS.module(cell))}
         todo += [(name, child) for child in children]
     files = {module_file(name) for name in seen}
+    files |= {module_file(name).parent / data for name in seen & READS.keys() for data in READS[name]}
     if "rnnlm.compute.build" in seen:
         files |= compiled_files()
     if REGISTRY in seen and specs:  # cells' Triton modules are imported by name, through their specs

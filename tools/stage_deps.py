@@ -34,7 +34,7 @@ FINGERPRINT = "models/cell.json"
 """The cell stage's output: the model stages' dependency on the selected cell's files."""
 READ_NOT_RUN = {"cell": ["src/rnnlm/models/cells"]}
 """Folders a stage hashes without running them: the cell stage's fingerprint of every cell."""
-SOURCE_SUFFIXES = (".py", ".cpp", ".h")
+SOURCE_SUFFIXES = (".py", ".cpp", ".h", ".json")
 
 
 def script_of(stage: dict) -> Path:

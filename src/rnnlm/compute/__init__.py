@@ -5,6 +5,8 @@
 - `backend`: the one switch that decides which loops run the recurrences (compiled C++, Triton or
   Python), hands a cell its loops, and chooses the float32 GEMM library (oneDNN or MKL) each kind
   of product runs through on the CPU;
+- `gemm_table`: that library per kind of product for each CPU model measured, with the figures it
+  was chosen from (`gemm_table.json`);
 - `products`: the matrix products every model and cell calls, through that choice;
 - `sources` and `build`: the compiled C++ module, its translation units and its build; `cpp/` holds
   compute's own C++ (the shared kernels and the cells' registry, generation, the Python bindings);

@@ -11,12 +11,15 @@ Out: `backend_for(device)`, the loops' backend:
      `loops(spec, device)`, a cell's loops there (a cell without loops of that backend gets its
      Python loops, with one note); `compiled_for(device, cell)`, the compiled module where "cpp" runs;
      `gemm_for(device)`, a `Gemms`: MKL or oneDNN (both exact float32) for the large products, the
-     narrow ones and the narrow ones of one row, by `choose_gemm`'s rule for this CPU;
+     narrow ones and the narrow ones of one row: this CPU model's row of the GEMM table
+     (`rnnlm.compute.gemm_table`), or `choose_gemm`'s vendor rule for a CPU it does not list
+     (`unlisted_cpu_note` says so in one line);
      `onednn_for(tensor, macs, rows)`, whether one product runs through oneDNN.
 
 The compiled code is told the narrow choices and both thresholds (`tell`) when it first loads and
-whenever `use_gemm` changes the choice (tests and benchmarks). The same CPU always gives the same
-choice, so a machine's runs repeat themselves bit for bit. Tests choose the loops by replacing
+whenever `use_gemm` changes the choice (tests and benchmarks). The same CPU model always gives the
+same choice, read from committed figures and never timed at run time, so a machine's runs repeat
+themselves bit for bit. Tests choose the loops by replacing
 `backend_for` (fixtures in `tests/conftest.py`).
 """
 
@@ -31,7 +34,7 @@ from typing import NamedTuple
 
 import torch
 
-from rnnlm.compute import build, cpu
+from rnnlm.compute import build, cpu, gemm_table
 from rnnlm.errors import RnnlmError
 
 MKL_STRICT = "AUTO,STRICT"
@@ -236,12 +239,13 @@ def gemm_for(device: torch.device) -> Gemms | None:
 
 
 def machine_gemm() -> Gemms:
-    """The rule's choice for this CPU, RNNLM_GEMM as it is set now."""
+    """This CPU's choice, RNNLM_GEMM as it is set now (`choose_gemm`)."""
     return _cpu_gemm(os.environ.get(GEMM_ENV, ""))
 
 
-def rule_gemm() -> Gemms:
-    """The rule's own choice for this CPU, whatever RNNLM_GEMM says (what the benchmarks weigh)."""
+def cpu_gemm() -> Gemms:
+    """This CPU's own choice, whatever RNNLM_GEMM says: its GEMM-table row, else the vendor rule (what
+    the benchmarks weigh)."""
     return _cpu_gemm("")
 
 
@@ -288,28 +292,48 @@ def cbwr_is_strict(cbwr: str) -> bool:
 @cache
 def _cpu_gemm(requested: str) -> Gemms:
     return choose_gemm(cpu.cpu_vendor(), cpu.has_avx512(), requested, torch.backends.mkl.is_available(),
-                       onednn_available(), cbwr_is_strict(os.environ.get("MKL_CBWR", "")))
+                       onednn_available(), cbwr_is_strict(os.environ.get("MKL_CBWR", "")),
+                       gemm_table.row_for(cpu.cpu_kind()))
+
+
+def unlisted_cpu_note(device: torch.device) -> str | None:
+    """One line for a stage's log where the CPU's products follow the vendor rule because the GEMM
+    table has no row for this CPU model, saying how to add it; None elsewhere (CUDA, a listed CPU,
+    RNNLM_GEMM set by hand)."""
+    if device.type != "cpu" or os.environ.get(GEMM_ENV) or gemm_table.row_for(cpu.cpu_kind()) is not None:
+        return None
+    return (f"note: this CPU ({cpu.cpu_kind() or 'model unknown'}) has no row in the GEMM table "
+            f"(src/rnnlm/compute/gemm_table.json), so its products follow the vendor rule ({cpu_gemm()}); "
+            "to choose them by measurement, run `python benchmarks/gemm_table.py --write` on it and commit the row")
 
 
 def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool,
-                strict: bool = False) -> Gemms:
-    """The rule, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
-    AVX-512, RNNLM_GEMM ("" when unset), which of the two libraries this PyTorch has, and whether MKL
-    runs in its strict mode (`strict_mkl`). Each choice is timed side by side per machine in
-    `reports/speed/` (`benchmarks/speed.py --gemm-choices`; one-row products: `benchmarks/thread_bits.py`):
+                strict: bool = False, row: gemm_table.Row | None = None) -> Gemms:
+    """The choice, on its inputs: the CPU vendor (as /proc/cpuinfo names it), whether the CPU has
+    AVX-512, RNNLM_GEMM ("" when unset), which of the two libraries this PyTorch has, whether MKL
+    runs in its strict mode (`strict_mkl`) and the CPU model's row of the GEMM table (None where it
+    has none). Each choice is timed side by side per machine in `reports/speed/`
+    (`benchmarks/gemm_table.py`, `benchmarks/speed.py --gemm-choices`; one-row products:
+    `benchmarks/thread_bits.py`):
 
     - RNNLM_GEMM `mkl`, `onednn`, `LARGE:NARROW` or `LARGE:NARROW:ONE_ROW` (say `mkl:onednn`), if set
       (anything else is refused);
-    - an Intel CPU: MKL for the large and the narrow products, Intel's own library; for the narrow
-      products of one row, oneDNN where MKL runs strict, which makes MKL slow at one row
-      (`reports/speed/thread-bits-one-row-*.md`) while oneDNN's keeps the same bits at any thread count too;
-    - another vendor's CPU with AVX-512 (AMD Zen 4 and later): oneDNN for all, as MKL does not use
-      AVX-512 there and oneDNN does;
-    - another vendor's CPU without AVX-512 (AMD Zen 2 and 3): MKL for the large products, oneDNN for
-      the narrow ones (oneDNN's matmul also refuses float32 there: `rnnlm.compute.products` copies);
+    - the row's libraries, chosen from the figures it records;
+    - without a row, the vendor rule, written on the first CPUs measured (it chose the slower
+      library for the large products on the first new one, the Zen 2 of issue #102):
+      - an Intel CPU: MKL for the large and the narrow products, Intel's own library; for the
+        narrow products of one row, oneDNN where MKL runs strict, which makes MKL slow at one row
+        (`reports/speed/thread-bits-one-row-*.md`) while oneDNN's keeps the same bits at any
+        thread count too;
+      - another vendor's CPU with AVX-512: oneDNN for all, as MKL does not use AVX-512 there and
+        oneDNN does;
+      - another vendor's CPU without AVX-512: MKL for the large products, oneDNN for the narrow
+        ones (oneDNN's matmul also refuses float32 there: `rnnlm.compute.products` copies);
     - a library this PyTorch lacks: the other one."""
     if requested:
         preferred = Gemms.parse(requested)
+    elif row is not None:
+        preferred = Gemms(*row.libraries)
     elif vendor == "GenuineIntel":
         preferred = Gemms("mkl", "mkl", "onednn" if strict else "mkl")
     elif avx512:

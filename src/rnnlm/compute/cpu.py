@@ -1,7 +1,7 @@
 """The CPU this process runs on, as Linux's /proc/cpuinfo describes it: vendor, model name,
 generation (family, model, stepping), feature flags and whether it has AVX-512; and the memory the
-machine has available. The GEMM rule (`rnnlm.compute.backend`) reads the vendor and AVX-512; the
-runs and benchmarks record the rest. Everything is "" (or empty) where /proc/cpuinfo cannot be read.
+machine has available. The GEMM choice (`rnnlm.compute.backend`) reads the CPU model (`cpu_kind`),
+the vendor and AVX-512; the runs and benchmarks record the rest. Everything is "" (or empty) where /proc/cpuinfo cannot be read.
 No PyTorch here: the `cell` stage's checks read it too (`rnnlm.preflight`).
 """
 
@@ -45,6 +45,14 @@ def cpu_generation() -> str:
     if not all(numbers.values()):
         return ""
     return f"family {numbers['cpu family']} model {numbers['model']} stepping {numbers['stepping']}"
+
+
+def cpu_kind() -> str:
+    """The CPU model as the GEMM table names it: vendor, family and model ("AuthenticAMD family 25
+    model 17"), the stepping left out (it does not change which library is faster); "" where they
+    cannot be read."""
+    fields = [_cpuinfo(field) for field in ("vendor_id", "cpu family", "model")]
+    return f"{fields[0]} family {fields[1]} model {fields[2]}" if all(fields) else ""
 
 
 def cpu_flags() -> frozenset[str]:

@@ -36,7 +36,7 @@ def test_cpu_tensors_get_each_cells_compiled_loops_and_a_cell_without_them_its_p
     spec = CELLS[name]
     assert backend.backend_for(torch.device("cpu")) == "cpp"
     if spec.python_loops is None:  # a cell without loops of its own: autograd runs it, on every device
-        assert not (CELLS_DIR / f"{name}.cpp").is_file() and spec.triton_module is None
+        assert not (CELLS_DIR / f"{name}.cpp").is_file() and spec.triton_loops is None
         assert loops_for(spec, torch.zeros(1)) is None and backend.compiled_for(torch.device("cpu"), name) is None
         return
     compiled = build.compiled()

@@ -67,7 +67,7 @@ def test_the_worked_examples_are_their_maths_in_a_few_lines(name):
 
     module = importlib.import_module(f"rnnlm.models.cells.{name}")
     spec = CELLS[name]
-    assert spec.python_loops is None and spec.triton_module is None and spec.state_entries == 1
+    assert spec.python_loops is None and spec.triton_loops is None and spec.state_entries == 1
     source = Path(module.__file__).read_text()
     code = source[source.index('"""', 3) + 3 :].strip().splitlines()
     assert len(code) + 1 < 40, len(code)

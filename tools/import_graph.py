@@ -82,13 +82,6 @@ def library_files(script: Path, specs: bool = True) -> set[Path]:
     files |= {module_file(name).parent / data for name in seen & READS.keys() for data in READS[name]}
     if "rnnlm.compute.build" in seen:
         files |= compiled_files()
-    if REGISTRY in seen and specs:  # cells' Triton modules are imported by name, through their specs
-        from rnnlm.models.cells import CELLS
-
-        for spec in CELLS.values():
-            if spec.triton_module and module_file(spec.triton_module):  # a cell may have none
-                files.add(module_file(spec.triton_module))
-                files.add(module_file("rnnlm.models.cells.triton_common"))
     return files
 
 

@@ -25,7 +25,6 @@ themselves bit for bit. Tests choose the loops by replacing
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 from functools import cache
@@ -128,21 +127,9 @@ def _missing(cell: str, what: str) -> None:
     warnings.warn(f"rnnlm: the cell {cell!r} has no {what}; it runs its Python loops there", stacklevel=3)
 
 
-def _triton_loops(spec):
-    """The Triton loops of the cell `spec`, or None when it has none (its module is absent)."""
-    if spec.triton_module is None:
-        return None
-    try:
-        return importlib.import_module(spec.triton_module).LOOPS
-    except ModuleNotFoundError as error:
-        if error.name != spec.triton_module:
-            raise
-        return None
-
-
 def loops(spec, device: torch.device):
     """The loops (forward, backward, advance) of the cell `spec` (a `CellSpec`) for `device`: the
-    compiled functions its C++ file registered (`NAME_forward`, ...), its Triton module's `LOOPS`,
+    compiled functions its C++ file registered (`NAME_forward`, ...), the Triton loops its spec hands over,
     or its Python loops (with one note when the backend has none for this cell); None for a cell
     with no loops at all (its layer runs it through autograd)."""
     if spec.python_loops is None:
@@ -154,9 +141,8 @@ def loops(spec, device: torch.device):
             return type(spec.python_loops)(*(getattr(module, f"{spec.name}_{f}") for f in spec.python_loops._fields))
         _missing(spec.name, "compiled loops (no .cpp file of its own)")
     elif backend == "triton":
-        found = _triton_loops(spec)
-        if found is not None:
-            return found
+        if spec.triton_loops is not None:
+            return spec.triton_loops()
         _missing(spec.name, "Triton loops (no _triton.py module of its own)")
     return spec.python_loops
 

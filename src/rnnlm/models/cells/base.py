@@ -316,7 +316,7 @@ class Loops(NamedTuple):
 class CellSpec:
     """A cell's registry entry: its name in params.yaml (`cell:`) and its layer; for a cell with loops
     of its own, its sampling advance's weight layout, its Python loops (the reference of its compiled and
-    Triton loops) and the module of its Triton loops. Its compiled loops, if any, come from its `.cpp`
+    Triton loops) and the function that hands compute its Triton loops. Its compiled loops, if any, come from its `.cpp`
     file beside it, which the C++ build finds and which registers them under `name` (`rnnlm.compute.build`).
     A cell without loops (`python_loops` None) runs its `recur` through autograd everywhere."""
 
@@ -326,7 +326,9 @@ class CellSpec:
     """How sampling arranges the layer's weights, a `rnnlm.models.cells.advance.LayerAdvance`; None:
     that class itself, one transposed view of all hidden-side matrices."""
     python_loops: Loops | None = None
-    triton_module: str | None = None
+    triton_loops: Callable[[], Loops] | None = None
+    """Returns the loops CUDA runs (its `NAME_triton.py`'s, imported when called): compute calls it
+    only where Triton runs, so nothing else imports Triton. None: CUDA runs the Python loops."""
     hidden_products: tuple[int, ...] | None = None
     """The hidden-side products of one time step, each in multiples of H output rows (None: one product
     of all G*H rows for a matrix recurrence, none for a vector one); what a time step's products alone

@@ -195,11 +195,19 @@ class GRUAdvance(LayerAdvance):
         return [cell.weight_hh[: 2 * H].T, cell.weight_hh[2 * H :].T]
 
 
+def triton_loops() -> Loops:
+    """The loops CUDA runs: the Triton forward and backward of `gru_triton.py`, imported only when
+    asked (Triton comes with them), and the Python advance by one token (a few cuBLAS calls)."""
+    from rnnlm.models.cells import gru_triton
+
+    return Loops(gru_triton.forward, gru_triton.backward, advance)
+
+
 SPEC = CellSpec(
     name="gru",
     layer=GRULayer,
     layer_advance=GRUAdvance,
     python_loops=Loops(forward, backward, advance),
-    triton_module="rnnlm.models.cells.gru_triton",
+    triton_loops=triton_loops,
     hidden_products=(2, 1),  # the candidate's product needs r * h first: r and z's rows, then its own
 )

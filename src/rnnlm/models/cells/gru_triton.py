@@ -8,8 +8,6 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells import gru
-from rnnlm.models.cells.base import Loops
 from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
 
 # --- GRU: gates r, z, candidate -------------------------------------------------------------------
@@ -121,6 +119,3 @@ def backward(grad_hs, h0, weight_hh, gates, hs, masks):
         carried = direct.addmm_(step_gates[:, : 2 * H], weight_rz)  # through r and z
     return carried
 
-
-LOOPS = Loops(forward, backward, gru.advance)
-"""The GRU's loops on CUDA; the advance by one token is the Python one (a few cuBLAS calls)."""

@@ -155,10 +155,18 @@ class LSTMLayer(RecurrentLayer):
         return hs, (hs[-1], c_last)
 
 
+def triton_loops() -> Loops:
+    """The loops CUDA runs: the Triton forward and backward of `lstm_triton.py`, imported only when
+    asked (Triton comes with them), and the Python advance by one token (a few cuBLAS calls)."""
+    from rnnlm.models.cells import lstm_triton
+
+    return Loops(lstm_triton.forward, lstm_triton.backward, advance)
+
+
 SPEC = CellSpec(
     name="lstm",
     layer=LSTMLayer,
     layer_advance=LayerAdvance,
     python_loops=Loops(forward, backward, advance),
-    triton_module="rnnlm.models.cells.lstm_triton",
+    triton_loops=triton_loops,
 )

@@ -8,8 +8,6 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells import lstm
-from rnnlm.models.cells.base import Loops
 from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
 
 # --- LSTM: gates i, f, o, g ------------------------------------------------------------------------
@@ -97,6 +95,3 @@ def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
         carried = torch.mm(gates[t], weight_hh, out=grad_h)  # (B, H)
     return carried, grad_c
 
-
-LOOPS = Loops(forward, backward, lstm.advance)
-"""The LSTM's loops on CUDA; the advance by one token is the Python one (a few cuBLAS calls)."""

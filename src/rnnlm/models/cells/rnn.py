@@ -113,10 +113,18 @@ class RNNLayer(RecurrentLayer):
         return hs, hs[-1]
 
 
+def triton_loops() -> Loops:
+    """The loops CUDA runs: the Triton forward and backward of `rnn_triton.py`, imported only when
+    asked (Triton comes with them), and the Python advance by one token (a few cuBLAS calls)."""
+    from rnnlm.models.cells import rnn_triton
+
+    return Loops(rnn_triton.forward, rnn_triton.backward, advance)
+
+
 SPEC = CellSpec(
     name="rnn",
     layer=RNNLayer,
     layer_advance=LayerAdvance,
     python_loops=Loops(forward, backward, advance),
-    triton_module="rnnlm.models.cells.rnn_triton",
+    triton_loops=triton_loops,
 )

@@ -8,8 +8,6 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells import rnn
-from rnnlm.models.cells.base import Loops
 from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
 
 # --- tanh RNN --------------------------------------------------------------------------------------
@@ -72,6 +70,3 @@ def backward(grad_hs, weight_hh, activations, masks):
         carried = torch.mm(activations[t], weight_hh, out=grad_h)
     return carried
 
-
-LOOPS = Loops(forward, backward, rnn.advance)
-"""The tanh RNN's loops on CUDA; the advance by one token is the Python one (a few cuBLAS calls)."""

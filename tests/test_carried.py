@@ -4,6 +4,8 @@ starting from the state the previous one ended in (detached), reset at each epoc
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -117,3 +119,37 @@ def test_the_shared_carried_state_is_refused_for_the_window_model_alone(raw_para
     assert training_settings(params, "astra_alpha").state == "carried"
     with pytest.raises(Exception, match=r"^train\.state: 'carried' needs a recurrent model; kind 'mlp' has no state"):
         training_settings(params, "bengio_mlp")
+
+
+@pytest.mark.parametrize("recipe", ["reset", "carried"])
+def test_the_parts_save_and_restore_their_whole_state_through_one_state_dict(raw_params, recipe):
+    """`Parts.state_dict` / `load_state_dict` hold what a run continues from: parts built afresh and
+    given the saved state go on to the same losses and weights as the parts that saved it."""
+    from rnnlm.training.parts import build_parts
+    from rnnlm.training.settings import run_settings
+    from rnnlm.training.train import token_ids
+    from tests.test_train import SPLIT, TOKENIZER
+
+    params = (carried_params if recipe == "carried" else tiny_params)(raw_params)
+    run = run_settings(params, "astra_alpha", TOKENIZER.vocab_size)
+    train_ids, val_ids = token_ids(run, TOKENIZER, SPLIT.train, SPLIT.val)
+
+    def steps(parts, n: int) -> list[float]:
+        xs, ys = parts.sampler.batches(n)  # (n, B, T)
+        losses = []
+        for i in range(n):
+            parts.start_window(i, epoch_start=False)
+            losses.append(float(parts.step(xs[i], ys[i])))
+        return losses
+
+    parts = build_parts(run, train_ids, val_ids)
+    steps(parts, 3)
+    saved = copy.deepcopy(parts.state_dict())  # as a resume file keeps it (the dict holds the live weights)
+    assert parts.carried is (recipe == "carried") and set(parts.required_keys()) <= set(saved)
+    assert ("stream_position" in saved) is ("carried_state" in saved) is parts.carried
+    assert parts.carried is (saved.get("carried_state") is not None)  # three windows in: a state to carry
+    expected = steps(parts, 3)
+    later = build_parts(run, train_ids, val_ids)  # seeds everything afresh: its own draws start again
+    later.load_state_dict(saved)  # torch's generator (dropout) included
+    assert steps(later, 3) == expected
+    assert all(torch.equal(a, b) for a, b in zip(later.model.state_dict().values(), parts.model.state_dict().values()))

@@ -34,13 +34,11 @@ from rnnlm.data.tokenizers import Tokenizer
 from rnnlm.errors import TrainingError
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.models.kinds import count_parameters
-from rnnlm.models.cells.base import from_lists, to_lists
 from rnnlm.scale import quick
 from rnnlm.timing import StageClock, part_of
 from rnnlm.training.parts import Parts
 from rnnlm.training.progress import EpochProgress, History, Progress
 from rnnlm.training.resume import ResumeStore, check_payload, code_fingerprint
-from rnnlm.training.samplers import StreamSampler
 from rnnlm.training.settings import RunSettings
 from rnnlm.training.step import NonFiniteLoss
 
@@ -116,7 +114,7 @@ class RunRecord:
                                                 "from_epoch": 1, "from_step": 0}]
         saved = self.store.load(lambda state: check_payload(
             state, parts.model.state_dict(), parts.optimizer.state_dict(), run.epochs, run.steps_per_epoch,
-            ("stream_position",) if run.carried else ()))
+            parts.required_keys()))
         self.last_save = time.perf_counter()
         if saved is None:
             return Start(1, EpochProgress(), History(), 0.0)
@@ -210,45 +208,17 @@ class RunRecord:
                   progress: EpochProgress | None = None) -> dict[str, Any]:
         """Everything needed to continue exactly as if never stopped: after `epoch` completed epochs
         (`seconds` of training), and `progress` into epoch `epoch + 1` when given."""
-        p = self.parts
-        cuda = {"cuda_rng": torch.cuda.get_rng_state(p.device)} if p.device.type == "cuda" else {}
         return {
-            "epoch": epoch, "seconds": seconds, "model": p.model.state_dict(),
-            "first_epoch_model": self.first_epoch_state,
-            "optimizer": p.optimizer.state_dict(), "scheduler": p.scheduler.state_dict(),
-            "sampler_rng": p.sampler.generator.get_state(), "torch_rng": torch.get_rng_state(),
-            "val_batch_rng": p.val_batches.generator.get_state(),
-            "history_steps": history.steps, "history_epochs": history.epochs, "machines": self.machines, **cuda,
-            "partial": None if progress is None else asdict(progress), **self._carried(),
+            "epoch": epoch, "seconds": seconds, **self.parts.state_dict(), "first_epoch_model": self.first_epoch_state,
+            "history_steps": history.steps, "history_epochs": history.epochs, "machines": self.machines,
+            "partial": None if progress is None else asdict(progress),
         }
-
-    def _carried(self) -> dict[str, Any]:
-        """What `train.state: carried` adds to a snapshot: where the streams are, and the state the
-        next window starts from (on the CPU; none at a pass's start)."""
-        if not isinstance(self.parts.sampler, StreamSampler):
-            return {}
-        state = getattr(self.parts.step, "state", None)
-        return {"stream_position": self.parts.sampler.position,
-                "carried_state": None if state is None else [[t.cpu() for t in layer] for layer in to_lists(state)]}
 
     def _restore(self, saved: dict[str, Any]) -> Start:
         """Load a `_snapshot` back into the parts -> where the run starts."""
-        p = self.parts
-        p.model.load_state_dict(saved["model"])
-        p.optimizer.load_state_dict(saved["optimizer"])
-        p.scheduler.load_state_dict(saved["scheduler"])
+        self.parts.load_state_dict(saved)
         self.first_epoch_state = saved.get("first_epoch_model")
-        p.sampler.generator.set_state(saved["sampler_rng"])
-        p.val_batches.generator.set_state(saved["val_batch_rng"])
-        torch.set_rng_state(saved["torch_rng"])
-        if p.device.type == "cuda" and "cuda_rng" in saved:
-            torch.cuda.set_rng_state(saved["cuda_rng"], p.device)
         progress = EpochProgress(**(saved.get("partial") or {}))  # none in a file written at an epoch's end
-        if isinstance(p.sampler, StreamSampler):
-            p.sampler.position = saved["stream_position"]
-            carried = saved.get("carried_state")
-            p.step.state = None if carried is None else from_lists([[t.to(p.device) for t in layer]
-                                                                    for layer in carried])
         here = self.machines[-1]
         before = saved.get("machines") or [{**here, "processor": "unknown", "gemm": "unknown"}]
         if all(before[-1].get(k) == v for k, v in here.items() if k not in ("from_epoch", "from_step")):

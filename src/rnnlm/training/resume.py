@@ -246,8 +246,8 @@ def check_payload(saved: dict[str, Any], model: dict[str, torch.Tensor], optimiz
     about how long it trained. `needed_too`: entries this kind of run also restores."""
     import torch
 
-    needed = ("epoch", "seconds", "model", "optimizer", "scheduler", "history_steps", "history_epochs",
-              "sampler_rng", "torch_rng", "val_batch_rng", *needed_too)
+    needed = dict.fromkeys(("epoch", "seconds", "model", "optimizer", "scheduler", "history_steps", "history_epochs",
+                            "sampler_rng", "torch_rng", "val_batch_rng", *needed_too))
     missing = [k for k in needed if k not in saved]
     if missing:
         return f"it lacks {', '.join(missing)}"

@@ -96,8 +96,7 @@ def _train_block(run: RunSettings, parts: Parts, log: LossLog, first: int, size:
     kept on the device in `log` (nothing here waits for the device)."""
     xs, ys = (t.to(run.device) for t in parts.sampler.batches(size))  # (size, B, T): one copy per block
     for i in range(size):
-        if run.carried and (parts.sampler.fresh[i] or first + i == 0):  # a pass's or an epoch's first window
-            parts.step.reset_state()
+        parts.start_window(i, epoch_start=first + i == 0)
         threads.refresh()  # this run's share of the cores, counted again at most once a second
         log.record(parts.step(xs[i], ys[i]))
 

@@ -3,20 +3,17 @@ freed memory kept (`rnnlm.memory.keep_freed_memory`), alternated call by call.""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
-from rnnlm.models.config import ModelConfig  # noqa: E402
+from rnnlm.memory import keep_freed_memory
+from rnnlm.reporting.markdown import table_head, table_row
+from rnnlm.models.config import ModelConfig
 
-from references import TorchLM  # noqa: E402
-from timing import Report, Settings, per_model_section, side_by_side  # noqa: E402
-from training_speed import our_training_step, reference_training_step  # noqa: E402
+from benchmarks.references import TorchLM
+from benchmarks.timing import Report, Settings, per_model_section, side_by_side
+from benchmarks.training_speed import our_training_step, reference_training_step
 
 
 ALLOCATOR_MODES = {"default": False, "kept": True}

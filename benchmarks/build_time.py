@@ -2,7 +2,7 @@
 translation unit (what `rnnlm.compute.build` does) against each unit compiled apart, ninja running
 them side by side (what the build did before).
 
-    python benchmarks/build_time.py --markdown reports/speed/build-NAME.md --json reports/speed/build-NAME.json
+    python -m benchmarks.build_time --markdown reports/speed/build-NAME.md --json reports/speed/build-NAME.json
 
 Each build runs in a process of its own with an empty extension cache (a temporary
 TORCH_EXTENSIONS_DIR): the two ways in turn, round after round (`--rounds`), so that whatever else
@@ -26,13 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-import torch  # noqa: E402
+from rnnlm.compute import cpu
 
-from rnnlm.compute import cpu  # noqa: E402
-
-from timing import write_report  # noqa: E402
+from benchmarks.timing import write_report
 
 WAYS = {"one unit": True, "units apart": False}
 """The row's name -> `rnnlm.compute.build.build`'s `one_unit`."""

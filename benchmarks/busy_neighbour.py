@@ -1,9 +1,9 @@
 """One training beside busy processes: the share of its speed alone it keeps, and whether its
 checkpoint has the same bits as alone, under each OpenMP wait policy.
 
-    python benchmarks/busy_neighbour.py --corpus PATH/tinyshakespeare.txt --policies default \
+    python -m benchmarks.busy_neighbour --corpus PATH/tinyshakespeare.txt --policies default \
         --markdown reports/speed/busy-neighbour-NAME.md --json reports/speed/busy-neighbour-NAME.json
-    python benchmarks/busy_neighbour.py --corpus PATH --steps-scale 0.02 --rounds 1     # checks that it runs
+    python -m benchmarks.busy_neighbour --corpus PATH --steps-scale 0.02 --rounds 1     # checks that it runs
 
 A training of `--model` at `train.steps_scale` `--steps-scale` (the library's `train`, after joining the
 core share as the train stage does, no thread setting) runs in a process of its own, with a TMPDIR of
@@ -44,10 +44,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.timing import corpus_parser, cpu_report, write_report
 
-from timing import corpus_parser, cpu_report, write_report  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 RNNLM = "rnnlm"
 """A neighbour that is another rnnlm training (this file's `--child`, astra_alpha at full scale, so it
@@ -109,17 +108,17 @@ def _one(corpus: Path, model: str, scale: float, neighbours: list[tuple[int, str
     busy = []
     for (nice, code), tmpdir in zip(neighbours, tmpdirs[1:]):
         if code == RNNLM:
-            command, own = [sys.executable, __file__, "--child", str(corpus), "astra_alpha", "1.0"], {**env}
+            command, own = [sys.executable, "-m", __spec__.name, "--child", str(corpus), "astra_alpha", "1.0"], {**env}
         else:  # one core's worth of work, unless the code sets its threads itself
             command, own = [sys.executable, "-c", code], {**env, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                                                           "MKL_NUM_THREADS": "1"}
-        busy.append(subprocess.Popen(["nice", "-n", str(nice), *command], env={**own, "TMPDIR": tmpdir},
+        busy.append(subprocess.Popen(["nice", "-n", str(nice), *command], env={**own, "TMPDIR": tmpdir}, cwd=REPO,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if busy:
         time.sleep(1.0)  # running before the training starts
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", str(corpus), model, str(scale)],
-                              env={**env, "TMPDIR": tmpdirs[0]}, capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, "-m", __spec__.name, "--child", str(corpus), model, str(scale)],
+                              env={**env, "TMPDIR": tmpdirs[0]}, cwd=REPO, capture_output=True, text=True, check=False)
     finally:
         for process in busy:
             process.kill()

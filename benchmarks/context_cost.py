@@ -1,8 +1,8 @@
 """What the context curve costs per model, against its arithmetic and against how it was batched before.
 
-    PYTHONPATH=src python benchmarks/context_cost.py \\
+    PYTHONPATH=src python -m benchmarks.context_cost \\
         --markdown reports/speed/context-cost-NAME.md --json reports/speed/context-cost-NAME.json
-    PYTHONPATH=src python benchmarks/context_cost.py --quick      # tiny shapes, seconds: checks it runs
+    PYTHONPATH=src python -m benchmarks.context_cost --quick      # tiny shapes, seconds: checks it runs
 
 The context curve (`rnnlm.evaluation.context`) predicts each of 2,000 targets from exactly c tokens,
 for c = 1, 2, 4, ..., 1,024: 2,000 x 2,047 = 4.1 million tokens read whatever the model, most of
@@ -30,21 +30,18 @@ the same run, `timing.measure_limit`) that `now` reaches.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rnnlm.evaluation.context import MIN_WINDOWS, batch_tokens_for, context_nll
+from rnnlm.evaluation.scoring import full_precision
+from rnnlm.memory import keep_freed_memory
+from rnnlm.models.kinds import LanguageModel, build_model
 
-from rnnlm.evaluation.context import MIN_WINDOWS, batch_tokens_for, context_nll  # noqa: E402
-from rnnlm.evaluation.scoring import full_precision  # noqa: E402
-from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.kinds import LanguageModel, build_model  # noqa: E402
-
-from timing import machine, machine_line, measure_limit, model_configs, side_by_side, write_report  # noqa: E402
+from benchmarks.timing import machine, machine_line, measure_limit, model_configs, side_by_side, write_report
 
 TARGETS = 2000
 """The curve's targets per c (params.yaml, evaluate.context_targets)."""

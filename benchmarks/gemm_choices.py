@@ -5,19 +5,16 @@ these timings."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.compute import backend  # noqa: E402
-from rnnlm.models.config import ModelConfig  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
+from rnnlm.compute import backend
+from rnnlm.models.config import ModelConfig
+from rnnlm.reporting.markdown import table_head, table_row
 
-from timing import Report, Settings, per_model_section, side_by_side  # noqa: E402
-from training_speed import our_training_step  # noqa: E402
+from benchmarks.timing import Report, Settings, per_model_section, side_by_side
+from benchmarks.training_speed import our_training_step
 
 
 GEMM_CHOICES = ("mkl", "onednn", "mkl:onednn", "onednn:mkl")

@@ -1,10 +1,10 @@
 """This CPU model's row of the GEMM table: each kind of product timed through MKL and oneDNN at the
 shapes our models use, side by side, and the faster library chosen per kind.
 
-    PYTHONPATH=src python benchmarks/gemm_table.py            # times and prints the row (about 5 min on 2 cores)
-    PYTHONPATH=src python benchmarks/gemm_table.py --write --name "AMD EPYC, Zen 4" \\
+    PYTHONPATH=src python -m benchmarks.gemm_table            # times and prints the row (about 5 min on 2 cores)
+    PYTHONPATH=src python -m benchmarks.gemm_table --write --name "AMD EPYC, Zen 4" \\
         --markdown reports/speed/gemm-table-NAME.md --json reports/speed/gemm-table-NAME.json
-    PYTHONPATH=src python benchmarks/gemm_table.py --quick    # tiny shapes, seconds: checks that it runs
+    PYTHONPATH=src python -m benchmarks.gemm_table --quick    # tiny shapes, seconds: checks that it runs
 
 - Large and narrow products: our training step of each model of `--models` (batch 64 x 128, the
   real shapes) under each of the four LARGE:NARROW choices, timed side by side
@@ -31,17 +31,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.atomic import write_text_atomic  # noqa: E402
-from rnnlm.compute import backend, cpu, gemm_table  # noqa: E402
-from rnnlm.evaluation.scoring import streamed_token_nll  # noqa: E402
-from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.config import ModelConfig  # noqa: E402
-from rnnlm.models.language_model import RecurrentLM  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
+from rnnlm.atomic import write_text_atomic
+from rnnlm.compute import backend, cpu, gemm_table
+from rnnlm.evaluation.scoring import streamed_token_nll
+from rnnlm.memory import keep_freed_memory
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
+from rnnlm.reporting.markdown import table_head, table_row
 
-from gemm_choices import measure_gemm_choices, under_gemm  # noqa: E402
-from timing import (FULL, QUICK, Report, Settings, machine, machine_line, model_configs, save_report,  # noqa: E402
+from benchmarks.gemm_choices import measure_gemm_choices, under_gemm
+from benchmarks.timing import (FULL, QUICK, Report, Settings, machine, machine_line, model_configs, save_report,
                     side_by_side)
 
 CPU = torch.device("cpu")

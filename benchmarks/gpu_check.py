@@ -1,6 +1,6 @@
 """Check a machine with an NVIDIA GPU, in one command (under 10 minutes on an H100):
 
-    python benchmarks/gpu_check.py --corpus PATH/tinyshakespeare.txt
+    python -m benchmarks.gpu_check --corpus PATH/tinyshakespeare.txt
 
 1. the CUDA tests (`tests/test_cuda.py`: the Python loops on CUDA against float64 CPU references,
    graph and eager training steps, a CUDA-trained checkpoint on the CPU, sampling on the GPU);
@@ -16,7 +16,7 @@ It writes one report, `reports/gpu/check.md` (GPU model, driver, PyTorch, CUDA a
 every figure), and the same figures as JSON beside it. A check split over several device calls
 (`--skip` some parts in each) is joined afterwards, anywhere: `--merge A.json B.json --note ...`.
 
-    python benchmarks/gpu_check.py --corpus PATH --study astra_gamma leviathan --results DIR
+    python -m benchmarks.gpu_check --corpus PATH --study astra_gamma leviathan --results DIR
 
 trains the named models at full scale through the same stage scripts instead (`--seeds 1 2` for
 several seeds each, `--jobs N` for N runs at once, one process each, on the one GPU) and packs each
@@ -39,22 +39,20 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import timing
+from benchmarks.pipeline_runs import run_stages, scratch_copy
+from benchmarks import training_speed
+from benchmarks.gpu_profile import profile
+from benchmarks.gpu_study import environment, study, study_runs
+
+from rnnlm.reporting.markdown import table_head, table_row
+
+from rnnlm.models.checkpoint import load_checkpoint
+from rnnlm.data.corpus import VAL_FILE, read_corpus
+from rnnlm.compute.device import set_float32_precision
+from rnnlm.evaluation.scoring import windowed_nll
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import timing  # noqa: E402
-from pipeline_runs import run_stages, scratch_copy  # noqa: E402
-import training_speed  # noqa: E402
-from gpu_profile import profile  # noqa: E402
-from gpu_study import environment, study, study_runs  # noqa: E402
-
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
-
-from rnnlm.models.checkpoint import load_checkpoint  # noqa: E402
-from rnnlm.data.corpus import VAL_FILE, read_corpus  # noqa: E402
-from rnnlm.compute.device import set_float32_precision  # noqa: E402
-from rnnlm.evaluation.scoring import windowed_nll  # noqa: E402
 
 TARGET_MODELS = ("astra_beta", "astra_gamma", "scribe_gamma", "leviathan")
 

@@ -32,7 +32,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux2014_x86_64 -d .gpu.partial/whl "sentencepiece==$spm" \
   || fail "could not download sentencepiece==$spm for Python 3.12 (manylinux x86-64); expected the package registry"
 log=$(mktemp "${TMPDIR:-/tmp}/gpu-prepare-tokenizer.XXXXXX")
-python3 benchmarks/pipeline_runs.py tokenizer-sha256 "$CORPUS" > .gpu.partial/tokenizer.sha256 2> "$log" \
+PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" python3 -m benchmarks.pipeline_runs tokenizer-sha256 "$CORPUS" > .gpu.partial/tokenizer.sha256 2> "$log" \
   || { rm -rf .gpu.partial; fail "the data stages failed here ($(tail -1 "$log")); expected them to train the tokenizer"; }
 rm -f "$log"
 rm -rf .gpu && mv .gpu.partial .gpu  # whole, or the old one left as it was

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-import timing
-import training_speed
+from benchmarks import timing
+from benchmarks import training_speed
 
 REPO = Path(__file__).resolve().parents[1]
 

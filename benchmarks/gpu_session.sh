@@ -58,6 +58,8 @@ if ls .gpu/whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
+# this checkout's library, whatever else is installed; `python3 -m benchmarks.NAME` finds the benchmarks from here
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export RNNLM_COMMIT="$(cat .gpu/commit 2>/dev/null || echo unknown)" PYTHONUNBUFFERED=1
 CORPUS="$PWD/.gpu/tinyshakespeare.txt"
 { nvidia-smi; python3 -c "import torch, triton, sentencepiece; print(torch.__version__, triton.__version__, sentencepiece.__version__)"; } \
@@ -66,7 +68,7 @@ CORPUS="$PWD/.gpu/tinyshakespeare.txt"
 # 1. The parts that want the GPU alone (the training-step table; the tests, unless BESIDE names them).
 if [ -n "$ALONE" ]; then
   # shellcheck disable=SC2046  # others prints words
-  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $ALONE) "${EXTRA[@]}" \
+  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 -m benchmarks.gpu_check --corpus "$CORPUS" --skip $(others $ALONE) "${EXTRA[@]}" \
     --out "$R/check-alone.md" > "$R/logs/check-alone.out" 2>&1
   say "$ALONE done (exit $?)"
   pack
@@ -75,7 +77,7 @@ fi
 # 1b. The evaluate stage's parts at full scale, the GPU alone (what #67 asks of a Leviathan's evaluation).
 if [ -n "${EVALUATE:-}" ]; then
   # shellcheck disable=SC2086  # EVALUATE is a list of words
-  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 benchmarks/stage_times.py --corpus "$CORPUS" --full-evaluation \
+  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 -m benchmarks.stage_times --corpus "$CORPUS" --full-evaluation \
     --models $EVALUATE --markdown "$R/evaluate-full.md" --json "$R/evaluate-full.json" --log "$R/logs/evaluate-full.log" \
     > "$R/logs/evaluate-full.out" 2>&1
   say "evaluate timed for $EVALUATE (exit $?)"
@@ -86,7 +88,7 @@ fi
 if [ "${SEED_STREAMS:-0}" = 1 ]; then
   # a dry run: tiny shapes, no MPS
   SEED_ARGS=(--mps); [ "${DRY_RUN:-0}" = 1 ] && SEED_ARGS=(--quick)
-  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 benchmarks/seed_streams.py "${SEED_ARGS[@]}" \
+  timeout "$(( $(left) > 1 ? $(left) : 1 ))" python3 -m benchmarks.seed_streams "${SEED_ARGS[@]}" \
     --markdown "$R/seed-streams.md" --json "$R/seed-streams.json" > "$R/logs/seed-streams.out" 2>&1
   say "seed streams timed (exit $?)"
   pack
@@ -110,7 +112,7 @@ if [ -n "$RUNS" ]; then
     say "MPS off: the runs take turns on the GPU"
   fi
   # shellcheck disable=SC2086  # RUNS is a list of words
-  setsid python3 benchmarks/gpu_check.py --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" "${TOKENIZER[@]}" \
+  setsid python3 -m benchmarks.gpu_check --corpus "$CORPUS" --study $RUNS --jobs "$JOBS" --results "$R/study" "${EXTRA[@]}" "${TOKENIZER[@]}" \
     --log "$R/logs/study.log" > "$R/logs/study.out" 2>&1 &
   JOBS_RUNNING+=($!)
 fi
@@ -119,7 +121,7 @@ fi
 # (and whatever else BESIDE names).
 if [ -n "$BESIDE" ]; then
   # shellcheck disable=SC2046
-  setsid python3 benchmarks/gpu_check.py --corpus "$CORPUS" --skip $(others $BESIDE) "${EXTRA[@]}" \
+  setsid python3 -m benchmarks.gpu_check --corpus "$CORPUS" --skip $(others $BESIDE) "${EXTRA[@]}" \
     --out "$R/check-beside.md" > "$R/logs/check-beside.out" 2>&1 &
   JOBS_RUNNING+=($!)
 fi

@@ -1,4 +1,4 @@
-"""Study runs on a machine with an NVIDIA GPU and no DVC: `python benchmarks/gpu_check.py --study`.
+"""Study runs on a machine with an NVIDIA GPU and no DVC: `python -m benchmarks.gpu_check --study`.
 
 Each (model, seed) trains at full scale through the stage scripts in a scratch copy of the
 repository, several at once on the one GPU (a process each), and comes back as one small archive,
@@ -28,16 +28,14 @@ import sentencepiece
 import torch
 import yaml
 
+from benchmarks import timing
+from benchmarks.pipeline_runs import check_tokenizer, run_stages, scratch_copy, tokenizer_hash
+
+from rnnlm.params import load_params
+from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY
+from rnnlm.study.folders import FOLDER
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import timing  # noqa: E402
-from pipeline_runs import check_tokenizer, run_stages, scratch_copy, tokenizer_hash  # noqa: E402
-
-from rnnlm.params import load_params  # noqa: E402
-from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY  # noqa: E402
-from rnnlm.study.folders import FOLDER  # noqa: E402
 
 
 def environment() -> dict[str, object]:
@@ -56,7 +54,6 @@ def environment() -> dict[str, object]:
         "cpu": timing.machine_line(timing.machine(torch.device("cpu"), keeps_memory=False)),
         "python": platform.python_version(),
     }
-
 
 
 OUTPUTS = {name: path for name, path in FOLDER.items() if name != "params.yaml"}

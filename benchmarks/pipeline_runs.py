@@ -7,7 +7,7 @@ benchmarks use where DVC is not at hand (a lent GPU machine) or would add its ow
   once), with a steps scale, a seed and a thread count of one's choosing; its figures and each
   stage's seconds.
 - `tokenizer_sha256(corpus, work, log)`: the data stages alone in `work`, and the sha256 of the
-  SentencePiece model they wrote (`python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS`
+  SentencePiece model they wrote (`python -m benchmarks.pipeline_runs tokenizer-sha256 CORPUS`
   prints this machine's, through `scratch_tokenizer_sha256`: what a lent GPU machine's tokenizer
   is checked against, by `check_tokenizer`).
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 import sentencepiece
 import yaml
 
+from rnnlm.data.tokenizers import SENTENCEPIECE_FILE
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-from rnnlm.data.tokenizers import SENTENCEPIECE_FILE  # noqa: E402
 
 DATA_STAGES = ("download", "prepare", "tokenizer")
 """The stages every model shares, run once per scratch copy."""
@@ -152,7 +152,7 @@ def main() -> None:
     """`tokenizer-sha256 CORPUS`: this machine's tokenizer for the pinned corpus, as a hash on stdout
     (the stages' output on stderr)."""
     if len(sys.argv) != 3 or sys.argv[1] != "tokenizer-sha256":
-        sys.exit("usage: python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS")
+        sys.exit("usage: python -m benchmarks.pipeline_runs tokenizer-sha256 CORPUS")
     corpus = Path(sys.argv[2]).resolve()
     if not corpus.is_file():
         sys.exit(f"error: {corpus}: no such file; expected a local copy of Tiny Shakespeare")

@@ -1,9 +1,9 @@
 """Two trainings queued through DVC at once, against each trained alone: the speed each keeps, and
 whether each checkpoint is the one it trains alone, bit for bit.
 
-    python benchmarks/queue_pair.py --corpus PATH/tinyshakespeare.txt \\
+    python -m benchmarks.queue_pair --corpus PATH/tinyshakespeare.txt \\
         --markdown reports/speed/queue-pair-NAME.md --json reports/speed/queue-pair-NAME.json
-    python benchmarks/queue_pair.py --corpus PATH --steps-scale 0.01      # minutes: checks that it runs
+    python -m benchmarks.queue_pair --corpus PATH --steps-scale 0.01      # minutes: checks that it runs
 
 In a clone of this repository's HEAD (a temporary folder, its own DVC cache and resume folder, no
 `OMP_NUM_THREADS`: no thread setting anywhere), each seed of `--seeds` is trained alone with
@@ -21,17 +21,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.timing import corpus_parser, cpu_report, write_report
 
-from timing import corpus_parser, cpu_report, write_report  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str], log) -> str:

@@ -7,20 +7,18 @@ import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.compute import backend  # noqa: E402
-from rnnlm.inference.decoding import Decoding  # noqa: E402
-from rnnlm.inference.generation import generate, make_generator  # noqa: E402
-from rnnlm.models.config import ModelConfig  # noqa: E402
-from rnnlm.models.language_model import RecurrentLM  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
+from rnnlm.compute import backend
+from rnnlm.inference.decoding import Decoding
+from rnnlm.inference.generation import generate, make_generator
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
+from rnnlm.reporting.markdown import table_head, table_row
 
-from references import sample_like_the_study, yardsticks  # noqa: E402
-from timing import Report, Settings, side_by_side  # noqa: E402
+from benchmarks.references import sample_like_the_study, yardsticks
+from benchmarks.timing import Report, Settings, side_by_side
 
 
 def sampling_contenders(config: ModelConfig, batch: int, new_tokens: int, device: torch.device):

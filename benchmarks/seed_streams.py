@@ -1,8 +1,8 @@
 """Would training several seeds in one process pay on a GPU? One seed's training step against S
 seeds' steps run together, at the study's training shape (batch 64 x 128 time steps).
 
-    python benchmarks/seed_streams.py --mps --markdown reports/gpu/seed-streams.md --json reports/gpu/seed-streams.json
-    PYTHONPATH=src python benchmarks/seed_streams.py --quick      # tiny shapes, any device: checks it runs
+    python -m benchmarks.seed_streams --mps --markdown reports/gpu/seed-streams.md --json reports/gpu/seed-streams.json
+    PYTHONPATH=src python -m benchmarks.seed_streams --quick      # tiny shapes, any device: checks it runs
 
 Today a GPU trains one seed at a fraction of its width: a step's products are (64 x hidden) by
 (hidden x gates), too thin to fill the SMs, and between them a few small kernels. Per model
@@ -42,14 +42,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.config import ModelConfig  # noqa: E402
-from rnnlm.models.language_model import RecurrentLM  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
-from rnnlm.training.step import EagerStep, make_optimizer, make_training_step  # noqa: E402
+from rnnlm.memory import keep_freed_memory
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.language_model import RecurrentLM
+from rnnlm.reporting.markdown import table_head, table_row
+from rnnlm.training.step import EagerStep, make_optimizer, make_training_step
 
-from timing import FULL, QUICK, machine, machine_line, model_configs, side_by_side, synchronize, write_report  # noqa: E402
+from benchmarks.timing import FULL, QUICK, machine, machine_line, model_configs, side_by_side, synchronize, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ["astra_gamma", "scribe_gamma", "leviathan"]
@@ -177,10 +176,10 @@ def processes(name: str, count: int, args: argparse.Namespace, settings) -> dict
     """`count` workers of `name` started together: all their tokens per second over the slowest one's time."""
     with tempfile.TemporaryDirectory() as tmp:
         go = Path(tmp) / "go"
-        command = [sys.executable, __file__, "--worker", name, "--steps", str(args.steps), "--go", str(go),
+        command = [sys.executable, "-m", __spec__.name, "--worker", name, "--steps", str(args.steps), "--go", str(go),
                    "--device", args.device] + (["--quick"] if args.quick else [])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-        workers = [subprocess.Popen([*command, "--seed", str(s)], stdout=subprocess.PIPE, text=True, env=env)
+        workers = [subprocess.Popen([*command, "--seed", str(s)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
                    for s in range(count)]
         try:
             for w in workers:

@@ -1,10 +1,10 @@
 """Training-step and sampling speed of our layers beside the study's step-by-step cell and PyTorch's.
 
-    PYTHONPATH=src python benchmarks/speed.py            # the recurrent models, about 20 min on 2 cores
-    PYTHONPATH=src python benchmarks/speed.py --quick    # tiny shapes, a few seconds: checks it runs
-    PYTHONPATH=src python benchmarks/speed.py --models astra_beta astra_gamma --repeats 7
-    PYTHONPATH=src python benchmarks/speed.py --only allocator --models leviathan --repeats 3
-    PYTHONPATH=src python benchmarks/speed.py --gemm-choices --markdown reports/speed/cpu-NAME.md --json reports/speed/cpu-NAME.json
+    PYTHONPATH=src python -m benchmarks.speed            # the recurrent models, about 20 min on 2 cores
+    PYTHONPATH=src python -m benchmarks.speed --quick    # tiny shapes, a few seconds: checks it runs
+    PYTHONPATH=src python -m benchmarks.speed --models astra_beta astra_gamma --repeats 7
+    PYTHONPATH=src python -m benchmarks.speed --only allocator --models leviathan --repeats 3
+    PYTHONPATH=src python -m benchmarks.speed --gemm-choices --markdown reports/speed/cpu-NAME.md --json reports/speed/cpu-NAME.json
 
 Everything is measured in this one process, side by side: for each model shape, the three
 implementations are warmed up, then timed in turn, round after round, so that whatever else the
@@ -59,24 +59,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.compute.device import resolve_device, set_float32_precision  # noqa: E402
-from rnnlm.memory import keep_freed_memory  # noqa: E402
-from rnnlm.models.cells import CELLS  # noqa: E402
-from rnnlm.params import load_params  # noqa: E402
+from rnnlm.compute.device import resolve_device, set_float32_precision
+from rnnlm.memory import keep_freed_memory
+from rnnlm.models.cells import CELLS
+from rnnlm.params import load_params
 
-from allocator_speed import measure_allocator  # noqa: E402
-from gemm_choices import measure_gemm_choices  # noqa: E402
-from sampling_speed import measure_sampling  # noqa: E402
-from timing import (FULL, QUICK, Report, STUDY_MODELS, machine, machine_line, measure_limit, model_configs,  # noqa: E402
+from benchmarks.allocator_speed import measure_allocator
+from benchmarks.gemm_choices import measure_gemm_choices
+from benchmarks.sampling_speed import measure_sampling
+from benchmarks.timing import (FULL, QUICK, Report, STUDY_MODELS, machine, machine_line, measure_limit, model_configs,
                     save_report)
-from training_speed import measure_training  # noqa: E402
+from benchmarks.training_speed import measure_training
 
 
 PARTS = ("training", "sampling", "gemm-choices", "allocator")

@@ -1,6 +1,6 @@
 """Where a run's time goes, per model: each stage's wall seconds and the parts of train and evaluate.
 
-    PYTHONPATH=src python benchmarks/stage_times.py --corpus PATH/tinyshakespeare.txt \
+    PYTHONPATH=src python -m benchmarks.stage_times --corpus PATH/tinyshakespeare.txt \
         --markdown reports/speed/stage-times-NAME.md --json reports/speed/stage-times-NAME.json
 
 runs every model of params.yaml (`--models` picks some) at `--steps-scale` (default 0.01: the
@@ -14,7 +14,7 @@ files, their evaluate stage. Run it on an idle machine: a second busy process ch
 trained one step of one epoch (`epochs: 1`, `steps_per_epoch: 1` in the scratch copy's params; what
 an evaluation costs does not depend on the weights, and its first-epoch part still runs):
 
-    PYTHONPATH=src python benchmarks/stage_times.py --corpus PATH --full-evaluation --models astra_gamma \
+    PYTHONPATH=src python -m benchmarks.stage_times --corpus PATH --full-evaluation --models astra_gamma \
         --markdown reports/speed/evaluate-full-NAME.md --json reports/speed/evaluate-full-NAME.json
 """
 
@@ -30,15 +30,13 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import timing
+from benchmarks.pipeline_runs import run_stages, scratch_copy
+
+from rnnlm.params import load_params
+from rnnlm.reporting.markdown import table_head, table_row
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import timing  # noqa: E402
-from pipeline_runs import run_stages, scratch_copy  # noqa: E402
-
-from rnnlm.params import load_params  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
 
 EVALUATE_PARTS = ("stateful pass", "reset curve", "context curve", "n-gram floor", "text statistics", "first epoch")
 

@@ -1,8 +1,8 @@
 """Which matrix products of a training step give other bits at another thread count, under each way
 of running them on this CPU, and what each way costs a training step and the stateful pass.
 
-    python benchmarks/thread_bits.py --markdown reports/speed/thread-bits-NAME.md --json reports/speed/thread-bits-NAME.json
-    python benchmarks/thread_bits.py --models astra_alpha --rounds 1 --steps 2 --tokens 20    # checks that it runs
+    python -m benchmarks.thread_bits --markdown reports/speed/thread-bits-NAME.md --json reports/speed/thread-bits-NAME.json
+    python -m benchmarks.thread_bits --models astra_alpha --rounds 1 --steps 2 --tokens 20    # checks that it runs
 
 A way (`WAYS`; `--ways` picks some) is an environment a process starts with, since MKL reads its
 reproducibility mode once, at its first call: `mkl` (MKL for every product, its conditional numerical
@@ -43,11 +43,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.timing import machine, machine_line, timed, write_report
+from rnnlm.compute.backend import MKL_STRICT
 
-from timing import machine, machine_line, timed, write_report  # noqa: E402
-from rnnlm.compute.backend import MKL_STRICT  # noqa: E402  (timing imported the module already)
+REPO = Path(__file__).resolve().parents[1]
 
 WAYS = {
     "mkl": {"RNNLM_GEMM": "mkl", "MKL_CBWR": ""},  # set but empty: MKL's mode off, and rnnlm keeps it
@@ -148,7 +147,7 @@ def _child(model: str, steps: int, stream_tokens: int) -> None:
 def _one(model: str, way: str, steps: int, tokens: int) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
     env.update(WAYS[way])
-    done = subprocess.run([sys.executable, __file__, "--child", model, str(steps), str(tokens)], env=env,
+    done = subprocess.run([sys.executable, "-m", __spec__.name, "--child", model, str(steps), str(tokens)], env=env, cwd=REPO,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{model} under {way} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")

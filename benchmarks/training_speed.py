@@ -9,25 +9,23 @@ import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside this one
-from rnnlm.compute import backend  # noqa: E402
-from rnnlm.models.cells import CELLS  # noqa: E402
-from rnnlm.models.cells.base import autograd_scan  # noqa: E402
-from rnnlm.models.config import ModelConfig  # noqa: E402
-from rnnlm.models.kinds import count_parameters  # noqa: E402
-from rnnlm.models.language_model import RecurrentLM  # noqa: E402
-from rnnlm.compute.products import linear, t_mm  # noqa: E402
-from rnnlm.reporting.markdown import table_head, table_row  # noqa: E402
-from rnnlm.training.step import make_optimizer, make_training_step  # noqa: E402
+from rnnlm.compute import backend
+from rnnlm.models.cells import CELLS
+from rnnlm.models.cells.base import autograd_scan
+from rnnlm.models.config import ModelConfig
+from rnnlm.models.kinds import count_parameters
+from rnnlm.models.language_model import RecurrentLM
+from rnnlm.compute.products import linear, t_mm
+from rnnlm.reporting.markdown import table_head, table_row
+from rnnlm.training.step import make_optimizer, make_training_step
 
-from references import torch_name, yardsticks  # noqa: E402
-from timing import Limit, Report, Settings, peak_bytes, side_by_side  # noqa: E402
+from benchmarks.references import torch_name, yardsticks
+from benchmarks.timing import Limit, Report, Settings, peak_bytes, side_by_side
 
 
 def reference_training_step(model: nn.Module, tokens: Tensor, targets: Tensor):

@@ -1,9 +1,9 @@
 """Two runs on one machine at once: how much of its speed alone each keeps, and where the per-step
 products' thread rule (`rnnlm.compute.backend.MIN_PARALLEL_NARROW_MACS`) crosses over.
 
-    python benchmarks/two_processes.py --models astra_alpha astra_beta astra_gamma leviathan \\
+    python -m benchmarks.two_processes --models astra_alpha astra_beta astra_gamma leviathan \\
         --markdown reports/speed/two-processes-NAME.md --json reports/speed/two-processes-NAME.json
-    python benchmarks/two_processes.py --quick      # tiny shapes, seconds: checks it runs
+    python -m benchmarks.two_processes --quick      # tiny shapes, seconds: checks it runs
 
 Three workloads of a model at its real shapes (character vocabulary), each in a process of its own:
 
@@ -40,13 +40,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rnnlm.compute import backend
+from rnnlm.memory import keep_freed_memory
 
-from rnnlm.compute import backend  # noqa: E402
-from rnnlm.memory import keep_freed_memory  # noqa: E402
+from benchmarks.timing import machine, machine_line, model_configs, write_report
 
-from timing import machine, machine_line, model_configs, write_report  # noqa: E402
-
+REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = ("stateful", "sampling", "training")
 WAYS = ("every core, no rule", "every core", "half the cores")
 
@@ -109,9 +108,9 @@ def _launch(args, name: str, workload: str, copies: int, threads: int | None, ru
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     start_at = time.time() + args.settle
-    command = [sys.executable, __file__, "--child", name, workload, str(args.tokens), str(args.steps),
+    command = [sys.executable, "-m", __spec__.name, "--child", name, workload, str(args.tokens), str(args.steps),
                str(args.repeats), repr(start_at), str(args.shrink), "1" if rule else "0"]
-    children = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) for _ in range(copies)]
+    children = [subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(copies)]
     deadline = start_at + timeout
     results = []
     for child in children:

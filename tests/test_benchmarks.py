@@ -23,20 +23,20 @@ from rnnlm.models.cells import CELLS
 from tests.conftest import REPO_ROOT
 
 
+CHECKOUT = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+"""The environment of a benchmark run as a command: this checkout's library, whatever else is installed."""
+
+
 def _benchmark_module(name: str):
-    """The script `benchmarks/NAME.py` imported as a module (the scripts import one another by name,
-    so their folder goes on the path, once)."""
-    folder = str(REPO_ROOT / "benchmarks")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module(name)
+    """The module `benchmarks.NAME` (the file benchmarks/NAME.py)."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def _benchmark(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
-    """`benchmarks/speed.py --quick ARGS` from the repository root, importing this checkout's library."""
+    """`python -m benchmarks.speed --quick ARGS` from the repository root, importing this checkout's library."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     return subprocess.run(
-        [sys.executable, "benchmarks/speed.py", "--quick", *args],
+        [sys.executable, "-m", "benchmarks.speed", "--quick", *args],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )
 
@@ -300,10 +300,10 @@ def test_the_gpu_session_script_parses_and_passes_each_benchmark_only_its_option
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     commands = re.sub(r"\\\n", " ", script.read_text()).splitlines()  # continued lines joined
     checked = set()
-    for name in ("gpu_check.py", "stage_times.py", "seed_streams.py"):
-        passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(c for c in commands if f"benchmarks/{name}" in c)))
+    for name in ("gpu_check", "stage_times", "seed_streams"):
+        passed = set(re.findall(r"(--[a-z][a-z-]+)", "\n".join(c for c in commands if f"-m benchmarks.{name} " in c)))
         with pytest.raises(SystemExit):
-            _benchmark_module(name.removesuffix(".py")).main(["--help"])
+            _benchmark_module(name).main(["--help"])
         help_text = capsys.readouterr().out
         assert passed and all(option in help_text for option in passed), (name, passed)
         checked |= passed
@@ -391,15 +391,15 @@ def test_the_tokenizer_hash_is_the_data_stages_own_and_repeats(tmp_path):
 
 
 def test_the_tokenizer_hash_command_refuses_a_missing_corpus_and_other_words(tmp_path):
-    script = [sys.executable, "benchmarks/pipeline_runs.py"]
-    missing = subprocess.run([*script, "tokenizer-sha256", str(tmp_path / "none.txt")], cwd=REPO_ROOT,
+    script = [sys.executable, "-m", "benchmarks.pipeline_runs"]
+    missing = subprocess.run([*script, "tokenizer-sha256", str(tmp_path / "none.txt")], cwd=REPO_ROOT, env=CHECKOUT,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and missing.stdout == ""
     assert missing.stderr.strip() == f"error: {tmp_path / 'none.txt'}: no such file; expected a local copy of Tiny Shakespeare"
-    other = subprocess.run([*script, "tokenizer", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+    other = subprocess.run([*script, "tokenizer", str(tmp_path)], cwd=REPO_ROOT, env=CHECKOUT, capture_output=True, text=True,
                            timeout=120)
     assert other.returncode == 1
-    assert other.stderr.strip() == "usage: python benchmarks/pipeline_runs.py tokenizer-sha256 CORPUS"
+    assert other.stderr.strip() == "usage: python -m benchmarks.pipeline_runs tokenizer-sha256 CORPUS"
 
 
 def test_gpu_check_trains_no_sentencepiece_model_on_another_tokenizer(tmp_path, monkeypatch):
@@ -469,7 +469,7 @@ def test_two_processes_times_each_way_and_the_crossover(tmp_path):
     """`two_processes.py --quick`: the workload alone, then two processes in each of the three ways,
     and the per-step product on and off the pool; the tables and the JSON say what ran."""
     out = tmp_path / "two.md"
-    done = subprocess.run([sys.executable, "benchmarks/two_processes.py", "--quick", "--workloads", "stateful",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.two_processes", "--quick", "--workloads", "stateful",
                            "--markdown", str(out), "--json", str(tmp_path / "two.json")], cwd=REPO_ROOT,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -577,8 +577,8 @@ def test_busy_neighbour_runs_each_process_in_a_tmpdir_of_its_own_and_kills_its_n
 def test_context_cost_times_other_batch_widths_beside_the_curves_own(tmp_path):
     """`context_cost.py --quick --batch-tokens N`: each width is held to the curve's own losses and timed
     beside it, a column each (what a GPU call would compare)."""
-    done = subprocess.run([sys.executable, "benchmarks/context_cost.py", "--quick", "--batch-tokens", "64", "1024",
-                           "--json", str(tmp_path / "c.json")], cwd=REPO_ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.context_cost", "--quick", "--batch-tokens", "64", "1024",
+                           "--json", str(tmp_path / "c.json")], cwd=REPO_ROOT, env=CHECKOUT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
     assert [(r["c"], sorted(r["other_us"])) for r in rows] == [(4, ["1024", "64"]), (32, ["1024", "64"])]
@@ -589,9 +589,9 @@ def test_seed_streams_sets_seeds_stepped_together_beside_one_seed_and_processes(
     """`seed_streams.py --quick` (the CPU: graphs are eager steps, streams one): per model one seed,
     two seeds in one call both ways, one and two worker processes; each together-contender's losses
     are those of the seeds stepped alone, exactly here (no dropout, the same eager steps)."""
-    done = subprocess.run([sys.executable, "benchmarks/seed_streams.py", "--quick", "--models", "leviathan",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.seed_streams", "--quick", "--models", "leviathan",
                            "--json", str(tmp_path / "s.json"), "--markdown", str(tmp_path / "s.md")],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
+                          cwd=REPO_ROOT, env=CHECKOUT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = json.loads((tmp_path / "s.json").read_text())["rows"]
     assert [(r["contender"], r["seeds"]) for r in rows] == [
@@ -676,3 +676,15 @@ def test_the_machine_line_names_each_kind_of_products_library():
     assert "through MKL (large), oneDNN (per step) ·" in timing.machine_line({**info, "gemm": "mkl:onednn"})
     assert ("through MKL (strict) (large), MKL (strict) (per step), oneDNN (per step of one row) ·"
             in timing.machine_line({**info, "gemm": "mkl:mkl:onednn", "mkl_cbwr": "AUTO,STRICT"}))
+
+
+def test_the_benchmarks_are_a_package_that_edits_no_import_path_and_docs_layout_names_each_file():
+    """Each benchmark runs as `python -m benchmarks.NAME`: none edits sys.path or needs an E402
+    exemption (an import after code), and docs/layout.md names every file of the folder."""
+    folder = REPO_ROOT / "benchmarks"
+    assert (folder / "__init__.py").is_file()
+    layout = (REPO_ROOT / "docs/layout.md").read_text()
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != "__init__.py"):
+        text = path.read_text()
+        assert "sys.path" not in text and "E402" not in text, path.name
+        assert path.name in layout or f"{path.stem}," in layout or f"{path.stem};" in layout, path.name

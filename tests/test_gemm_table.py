@@ -125,7 +125,7 @@ def test_an_unlisted_cpu_gets_the_vendor_rule_and_one_line_saying_how_to_add_its
     note = backend.unlisted_cpu_note(torch.device("cpu"))
     assert note == (f"note: this CPU (AuthenticAMD family 99 model 1) has no row in the GEMM table "
                     f"(src/rnnlm/compute/gemm_table.json), so its products follow the vendor rule ({rule}); to choose "
-                    "them by measurement, run `python benchmarks/gemm_table.py --write` on it and commit the row")
+                    "them by measurement, run `python -m benchmarks.gemm_table --write` on it and commit the row")
     assert backend.unlisted_cpu_note(torch.device("meta")) is None  # not the CPU: no GEMM of ours
     monkeypatch.setenv(backend.GEMM_ENV, "mkl")
     assert backend.unlisted_cpu_note(torch.device("cpu")) is None  # chosen by hand
@@ -141,10 +141,7 @@ def test_the_train_stage_logs_the_note_on_an_unlisted_cpu():
 
 
 def _gemm_table_module():
-    folder = str(REPO_ROOT / "benchmarks")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    import gemm_table as benchmark  # benchmarks/gemm_table.py
+    from benchmarks import gemm_table as benchmark  # benchmarks/gemm_table.py
 
     return benchmark
 
@@ -175,13 +172,13 @@ def test_the_benchmark_chooses_each_kind_from_the_summed_training_steps():
 def test_the_quick_benchmark_prints_a_row_and_never_writes_one(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     figures = tmp_path / "row.json"
-    done = subprocess.run([sys.executable, "benchmarks/gemm_table.py", "--quick", "--models", "astra_alpha", "leviathan",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gemm_table", "--quick", "--models", "astra_alpha", "leviathan",
                            "--json", str(figures)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     (kind, entry), = json.loads(figures.read_text())["row"].items()
     assert kind == cpu.cpu_kind() and entry["measured"] and set(gemm_table.KINDS) <= set(entry)
     assert "## The row" in done.stdout and "| large | **" in done.stdout
-    refused = subprocess.run([sys.executable, "benchmarks/gemm_table.py", "--quick", "--write"], cwd=REPO_ROOT, env=env,
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.gemm_table", "--quick", "--write"], cwd=REPO_ROOT, env=env,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--write with --quick: the quick shapes' timings choose nothing" in refused.stderr
 

@@ -290,7 +290,7 @@ def unlisted_cpu_note(device: torch.device) -> str | None:
         return None
     return (f"note: this CPU ({cpu.cpu_kind() or 'model unknown'}) has no row in the GEMM table "
             f"(src/rnnlm/compute/gemm_table.json), so its products follow the vendor rule ({cpu_gemm()}); "
-            "to choose them by measurement, run `python benchmarks/gemm_table.py --write` on it and commit the row")
+            "to choose them by measurement, run `python -m benchmarks.gemm_table --write` on it and commit the row")
 
 
 def choose_gemm(vendor: str, avx512: bool, requested: str, has_mkl: bool, has_onednn: bool,

@@ -38,12 +38,12 @@ def test_second_repro_does_nothing(data_repo):
 
 def _add_a_cell(root) -> None:
     """What docs/layout.md asks of a new cell: its file (the MGU under another name), its registry
-    line and a params entry that selects it."""
+    function and entry, and a params entry that selects it."""
     cells = root / "src/rnnlm/models/cells"
     (cells / "mgu2.py").write_text((cells / "mgu.py").read_text().replace('name="mgu"', 'name="mgu2"'))
     registry = cells / "__init__.py"
-    registry.write_text(registry.read_text().replace('    "mgu": "rnnlm.models.cells.mgu",\n',
-                                                     '    "mgu": "rnnlm.models.cells.mgu",\n    "mgu2": "rnnlm.models.cells.mgu2",\n'))
+    loader = 'def _mgu2() -> CellSpec:\n    from rnnlm.models.cells.mgu2 import SPEC\n    return SPEC\n\n\nCELLS = Registry({\n'
+    registry.write_text(registry.read_text().replace("CELLS = Registry({\n", loader + '    "mgu2": _mgu2,\n'))
     assert "mgu2" in registry.read_text()
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["models"]["mgu2_alpha"] = {**params["models"]["mgu_alpha"], "cell": "mgu2"}

@@ -198,9 +198,9 @@ class GRUAdvance(LayerAdvance):
 def triton_loops() -> Loops:
     """The loops CUDA runs: the Triton forward and backward of `gru_triton.py`, imported only when
     asked (Triton comes with them), and the Python advance by one token (a few cuBLAS calls)."""
-    from rnnlm.models.cells import gru_triton
+    import rnnlm.models.cells.gru_triton as on_cuda
 
-    return Loops(gru_triton.forward, gru_triton.backward, advance)
+    return Loops(on_cuda.forward, on_cuda.backward, advance)
 
 
 SPEC = CellSpec(

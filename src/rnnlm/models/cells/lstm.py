@@ -158,9 +158,9 @@ class LSTMLayer(RecurrentLayer):
 def triton_loops() -> Loops:
     """The loops CUDA runs: the Triton forward and backward of `lstm_triton.py`, imported only when
     asked (Triton comes with them), and the Python advance by one token (a few cuBLAS calls)."""
-    from rnnlm.models.cells import lstm_triton
+    import rnnlm.models.cells.lstm_triton as on_cuda
 
-    return Loops(lstm_triton.forward, lstm_triton.backward, advance)
+    return Loops(on_cuda.forward, on_cuda.backward, advance)
 
 
 SPEC = CellSpec(

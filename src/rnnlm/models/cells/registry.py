@@ -1,11 +1,11 @@
-"""The cell registry's machinery: name -> module, imported on first use, and the files a cell's
-models run (what the `cell` stage fingerprints). The table itself is `rnnlm.models.cells.CELLS`."""
+"""The cell registry's machinery: name -> the function that imports its module, called on first use,
+and the files a cell's models run (what the `cell` stage fingerprints). The table itself is
+`rnnlm.models.cells.CELLS`."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,21 +20,23 @@ the Triton helpers (the compiled loops' shared kernels are `rnnlm.compute`'s).""
 
 
 class Registry(MutableMapping[str, "CellSpec"]):
-    """Cell name (params.yaml's `cell:`) -> its `CellSpec`, imported from the cell's module on first use.
+    """Cell name (params.yaml's `cell:`) -> its `CellSpec`, loaded on first use.
 
-    In: {name: module path}, the module defining `SPEC` with that name. A spec can also be added as
-    it is (`CELLS[spec.name] = spec`: a cell defined outside the library, as the tests do)."""
+    In: {name: a function returning the `SPEC` of the module `rnnlm.models.cells.NAME`, which it
+    imports}. A spec can also be added as it is (`CELLS[spec.name] = spec`: a cell defined outside
+    the library, as the tests do)."""
 
-    def __init__(self, modules: dict[str, str]):
-        self._modules = dict(modules)
+    def __init__(self, loaders: dict[str, Callable[[], CellSpec]]):
+        self._loaders = dict(loaders)
+        self._modules = {name: f"{PACKAGE}.{name}" for name in loaders}
         self._specs: dict[str, CellSpec] = {}
 
     def __getitem__(self, name: str) -> CellSpec:
         if name not in self._specs:
-            spec = importlib.import_module(self._modules[name]).SPEC  # KeyError for an unknown name
-            if spec.name != name:
+            spec = self._loaders[name]()  # KeyError for an unknown name
+            if spec.name != name or spec.layer.__module__ != self._modules[name]:
                 raise RuntimeError(f"the registry names {self._modules[name]} 'cell: {name}', "
-                                   f"but its SPEC is {spec.name!r}")
+                                   f"but its loader gave {spec.layer.__module__}'s {spec.name!r}")
             self._specs[name] = spec
         return self._specs[name]
 
@@ -42,6 +44,7 @@ class Registry(MutableMapping[str, "CellSpec"]):
         if spec.name != name:
             raise ValueError(f"a CellSpec named {spec.name!r} registered as {name!r}; expected the same name")
         self._modules[name] = spec.layer.__module__
+        self._loaders[name] = lambda: spec
         self._specs[name] = spec
 
     def module(self, name: str) -> str:
@@ -70,6 +73,7 @@ class Registry(MutableMapping[str, "CellSpec"]):
 
     def __delitem__(self, name: str) -> None:
         del self._modules[name]
+        del self._loaders[name]
         self._specs.pop(name, None)
 
     def __contains__(self, name: object) -> bool:  # without importing the cell

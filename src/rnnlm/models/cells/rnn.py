@@ -116,9 +116,9 @@ class RNNLayer(RecurrentLayer):
 def triton_loops() -> Loops:
     """The loops CUDA runs: the Triton forward and backward of `rnn_triton.py`, imported only when
     asked (Triton comes with them), and the Python advance by one token (a few cuBLAS calls)."""
-    from rnnlm.models.cells import rnn_triton
+    import rnnlm.models.cells.rnn_triton as on_cuda
 
-    return Loops(rnn_triton.forward, rnn_triton.backward, advance)
+    return Loops(on_cuda.forward, on_cuda.backward, advance)
 
 
 SPEC = CellSpec(

@@ -73,10 +73,10 @@ def library_files(script: Path, specs: bool = True) -> set[Path]:
         path = module_file(name)
         package = name if path.name == "__init__.py" else ".".join(parts[:-1])
         children = _imported(path, package)
-        if name == REGISTRY and specs:  # the registry imports its cells' modules by name, when a spec is asked for
+        if name == REGISTRY and not specs:  # its functions import the cells' modules only when a spec is asked for
             from rnnlm.models.cells import CELLS  # names only: imports no cell
 
-            children |= {CELLS.module(cell) for cell in CELLS if module_file(CELLS.module(cell))}
+            children -= {CELLS.module(cell) for cell in CELLS}
         todo += [(name, child) for child in children]
     files = {module_file(name) for name in seen}
     files |= {module_file(name).parent / data for name in seen & READS.keys() for data in READS[name]}

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
+from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit, backward_start
 
 # --- GRU: gates r, z, candidate -------------------------------------------------------------------
 
@@ -99,12 +99,9 @@ def forward(products, h0, weight_hh, bias, masks):
 def backward(grad_hs, h0, weight_hh, gates, hs, masks):
     """grad_hs (T, B, H) and what `forward` saved; gates is overwritten with their gradients
     w.r.t. the pre-activations -> grad_h0 (B, H)."""
-    T, B, H = hs.shape
-    n = B * H
+    T, H, n, grad_out, mask = backward_start(grad_hs, masks)
     weight_rz, weight_n = weight_hh[: 2 * H], weight_hh[2 * H :]
-    grad_hs = grad_hs.contiguous()
     h_prev = (h0.contiguous(), *hs[:-1].unbind(0))
-    grad_out, mask = grad_hs.unbind(0), _masks(masks, T)
     buffers = [torch.empty_like(h0), torch.empty_like(h0)]  # the carried gradient and the next, in turn
     grad_reset_h = torch.empty_like(h0)
     carried = None

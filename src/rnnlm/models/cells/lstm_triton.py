@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
+from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit, backward_start
 
 # --- LSTM: gates i, f, o, g ------------------------------------------------------------------------
 
@@ -81,10 +81,8 @@ def forward(products, h0, c0, weight_hh, bias_ih, masks):
 def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
     """grad_hs (T, B, H), grad_c_last (B, H) and what `forward` saved; gates is overwritten with
     their gradients w.r.t. the pre-activations -> grad_h0, grad_c0 (B, H)."""
-    T, B, H = cs.shape
-    n = B * H
-    grad_hs = grad_hs.contiguous()
-    c_prev, grad_out, mask = (c0.contiguous(), *cs[:-1].unbind(0)), grad_hs.unbind(0), _masks(masks, T)
+    T, H, n, grad_out, mask = backward_start(grad_hs, masks)
+    c_prev = (c0.contiguous(), *cs[:-1].unbind(0))
     grad_c = grad_c_last.clone(memory_format=torch.contiguous_format)
     carried = None
     grad_h = torch.empty_like(grad_c)

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit
+from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit, backward_start
 
 # --- tanh RNN --------------------------------------------------------------------------------------
 
@@ -57,11 +57,8 @@ def forward(products, h0, weight_hh, bias_ih, masks):
 def backward(grad_hs, weight_hh, activations, masks):
     """grad_hs (T, B, H) and what `forward` saved; activations is overwritten with the gradient
     w.r.t. the pre-activations -> grad_h0 (B, H)."""
-    T, B, H = activations.shape
-    n = B * H
-    grad_hs = grad_hs.contiguous()
-    grad_out, mask = grad_hs.unbind(0), _masks(masks, T)
-    grad_h = activations.new_empty(B, H)
+    T, H, n, grad_out, mask = backward_start(grad_hs, masks)
+    grad_h = activations.new_empty(grad_out[0].shape)  # (B, H)
     carried = None
     for t in range(T - 1, -1, -1):
         _rnn_backward[_grid(n)](activations[t], grad_out[t], carried if carried is not None else grad_h,

@@ -23,6 +23,8 @@ Shapes: T time steps, B batch, H hidden units; time-major; every (B, H) buffer c
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -49,3 +51,20 @@ def _grid(n: int) -> tuple[int]:
 
 def _masks(masks: Tensor | None, T: int) -> tuple[Tensor | None, ...]:
     return (None,) * T if masks is None else masks.contiguous().unbind(0)
+
+
+class BackwardStart(NamedTuple):
+    """What every cell's backward starts from: the time steps T, the hidden size H, the n = B*H units
+    of a time step, each time step's output gradient (B, H), contiguous, and its mask (B, H) or None."""
+
+    T: int
+    H: int
+    n: int
+    grad_out: tuple[Tensor, ...]
+    mask: tuple[Tensor | None, ...]
+
+
+def backward_start(grad_hs: Tensor, masks: Tensor | None) -> BackwardStart:
+    """grad_hs (T, B, H), masks (T, B, H) or None -> the `BackwardStart` of a cell's backward loop."""
+    T, B, H = grad_hs.shape
+    return BackwardStart(T, H, B * H, grad_hs.contiguous().unbind(0), _masks(masks, T))

@@ -14,7 +14,7 @@ The header's sha256 covers the rest of the header (the run's key, model, seed, e
 archive together, so a file damaged on disk, or one whose header was edited to pass for another run,
 is refused (with a note, and the run starts afresh) instead of resumed from; the header is what
 `python -m rnnlm.study resume-files` lists without reading tensors (after checking the checksum, so a
-forged header is never listed as a run's progress). Files of format 1 (before 2026-11-26: the checksum
+forged header is never listed as a run's progress). Files of format 1 (the checksum
 over the archive alone, so a header re-keyed to another run still passed) are refused. `check_payload`
 then holds the archive to the run that resumes it: the same weights and optimizer entries of the same
 shapes, and an epoch, scheduler and history that agree.
@@ -59,7 +59,7 @@ MAGIC = b"rnnlm-resume 2 "
 """Format 2: the checksum binds the header and the archive together."""
 
 MAGIC_1 = b"rnnlm-resume 1 "
-"""Format 1 (before 2026-11-26): the checksum covers the archive only; refused, saying why."""
+"""Format 1, the first: the checksum covers the archive only; refused, saying why."""
 
 
 def main_repository(cwd: Path) -> Path:

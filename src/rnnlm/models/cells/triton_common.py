@@ -7,8 +7,8 @@ products become the activated gates in the forward pass, the gates become their 
 backward pass. What changes is the number of kernels a time step launches. The ATen loops launch one
 kernel per operation, about 20 per layer and time step for the GRU, each of which costs a launch
 and a trip through memory; here a GRU time step is 2 products and 2 fused kernels forward and the same
-backward, an LSTM or tanh-RNN time step 1 product and 1 kernel each way. Profiled on an H100
-(benchmarks/gpu_check.py --profile), the elementwise kernels were half of a time step's GPU time.
+backward, an LSTM or tanh-RNN time step 1 product and 1 kernel each way (`benchmarks/gpu_check.py
+--profile` measures where a time step's GPU time goes; reports/gpu/ keeps its runs).
 
 The study's reset gate (applied to h before W_h) is why the GRU needs two kernels each way: the
 candidate's product needs r * h, so the gates r, z are finished before it and the candidate after.

@@ -4,15 +4,14 @@ and runs are alive.
 Not through `dvc queue status`. That command also asks the workers what they run, by writing a
 control message into the queue's folder for each worker to read, and kombu's filesystem transport
 (DVC's broker) lets a worker take a message file before its writer has filled it: the worker then
-stops with "Unrecoverable error: JSONDecodeError" and takes no further run (treeverse/dvc-task#73).
-It happened here to a worker training a confirmatory run: the run goes on to its end, and the runs
-queued behind it wait for a worker that never comes. Asking every 30 s, as a waiting `run` did,
-made that likely over a night. (Queuing a run beside a busy worker writes a message the same way,
-once per run queued.) DVC's worker asks itself too: its monitor thread (dvc-task's
+stops with "Unrecoverable error: JSONDecodeError" and takes no further run (treeverse/dvc-task#73):
+the run it has goes on to its end, and the runs queued behind it wait for a worker that never comes.
+Polling that command makes it likely. (Queuing a run beside a busy worker writes a message the same
+way, once per run queued.) DVC's worker asks itself too: its monitor thread (dvc-task's
 `TemporaryWorker.monitor`) inspects it every 10 s to learn whether the queue is empty, so a worker
-can stop with nothing else writing (twice here on 2026-11-27, two workers, no caller), and one
-busy with the queue's only run can find the queue empty and be told to shut down after it. That we
-cannot prevent from outside DVC; a worker whose log says it will take no further run counts as
+can stop with nothing else writing, and one busy with the queue's only run can find the queue empty
+and be told to shut down after it (what the study's runs met: docs/study-runs.md). That we cannot
+prevent from outside DVC; a worker whose log says it will take no further run counts as
 stopped (`WORKER_STOPPED`), `status` says when queued runs have no worker to take them, and
 `run --wait` starts one.
 
@@ -22,13 +21,13 @@ alive from the records DVC's process manager (dvc-task) keeps of each, a process
 the processes running now.
 
 DVC's reader goes through every message the queue has ever held, so its cost grows with the queue's
-history (1.1-2.3 s a call on the 2-core AMD EPYC once the study's queue had held 82 runs); `busy`
-answers from the process records alone (milliseconds), for a caller that polls while runs train.
+history (seconds a call once a queue has held a study's runs); `busy` answers from the process
+records alone, for a caller that polls while runs train.
 
-A run can train with no entry listing it: a worker took a message whose entry was removed (seen here
-on 2026-11-28: a worker started after a session's end ran an exploratory seed removed minutes
-before, ahead of the run it was started for; `dvc queue remove NAME` had most likely taken that
-name's failed entry, which DVC resolves a name to before a queued one: see `status`). `read` names
+A run can train with no entry listing it: a worker took a message whose entry was removed (a worker
+started later runs a seed removed before it, ahead of the run it was started for, when `dvc queue
+remove NAME` took that name's failed entry, which DVC resolves a name to before a queued one: see
+`status`). `read` names
 such runs and their processes, so that `status` can say what holds the worker.
 
 In:  the repository's root.
@@ -50,8 +49,8 @@ EXPS = Path(".dvc/tmp/exps")
 WORKER_STOPPED = ("Unrecoverable error", "Got shutdown from remote")
 """What celery logs when a worker will take no further run (it finishes the one it has, then exits):
 its consumer died, or it was told to shut down, as DVC's monitor thread does when it finds the queue
-empty ("monitor: shutting down due to empty queue", which a worker busy with the only run can read:
-seen here on 2026-11-28, four minutes into a 97-minute run, after which four runs were queued)."""
+empty ("monitor: shutting down due to empty queue", which a worker busy with the queue's only run
+can read, and then take none of the runs queued after it)."""
 WORKER_READY = "ready."
 RANK = {"Running": 2, "Queued": 1}
 """Which of a name's entries `QueueState.by_name` keeps: the running one, else the queued one."""

@@ -48,7 +48,8 @@ def test_report_reads_the_folders_and_git(repo):
     assert "**2.500**" in rows["| [alpha](study/alpha/seed-1337/generations.md)"] and "cpu: Test CPU" in text
     beta = rows["| [beta](study/beta/seed-1337/generations.md)"]  # two seeds: mean ± half-width, n = 2
     assert "| 2 |" in beta and f"**2.230 ± {12.706 * 0.03:.3f}**" in beta
-    assert "gamma | —" in text  # no full-scale run: listed with dashes, not zeros
+    assert "Not trained at full scale yet (no study run): gamma." in text  # said in words, not a row of dashes
+    assert "| gamma |" not in text.split("## Findings")[0]
     assert "## Quick runs" in text and "[gamma](study/quick/gamma/generations.md)" in text
     assert "## Findings" in text and "### 6." in text and "## Every run" in text
     assert (reports / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -101,7 +101,7 @@ SUMMARY_HEADER = table_head(["model (samples)", "tokens", "params", "seeds", "tr
 def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, models: list[str],
                   base: Path, left_out: Collection[tuple[str, int]] = ()) -> list[str]:
     """One row per model in the order of `runs` (`in_study_order`), each figure mean ± half-width;
-    the models of `models` without a full-scale run listed after them with dashes. The name links to
+    the models of `models` without a full-scale run named in a sentence after the table. The name links to
     the samples of the model's first run (its pinned seed's, where there is one). The runs of
     `left_out` (model, seed) are not counted (another tokenizer)."""
     keep = [(m, int(s)) not in left_out for m, s in zip(frame["model"], frame["seed"])]
@@ -123,7 +123,9 @@ def summary_table(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, m
             f"| {s.text(model, 'bigram_bpc')} | {_span(rows['context_horizon'].tolist())} "
             f"| {s.text(model, 'known_words_stateless')} / {s.text(model, 'known_words_stateful')} "
             f"| {s.text(model, 'repeated_4grams_stateless')} / {s.text(model, 'repeated_4grams_stateful')} |")
-    lines += [table_row([m, *["—"] * 13]) for m in models if m not in present]
+    untrained = [m for m in models if m not in present]
+    if untrained:
+        lines += ["", f"Not trained at full scale yet (no study run): {', '.join(untrained)}."]
     return lines
 
 

@@ -176,7 +176,7 @@ def test_an_array_job_trains_each_model_and_seed_and_a_cancelled_one_is_resubmit
             assert provenance["device"] == "cpu"
     assert collected.count("wrote") == 4
     assert (storage / "runs").is_dir()  # each task pushed its run cache to the DVC remote with its experiment
-    run([sys.executable, "-m", "rnnlm.study", "report", "--readme", ""], repo, env=env)
+    run([sys.executable, "-m", "rnnlm.study", "report"], repo, env=env)
     table = (repo / "reports/study.md").read_text()
     for model in ("astra_alpha", "rnn_alpha"):
         assert f"[{model}](study/{model}/seed-1337/generations.md)" in table

@@ -91,48 +91,30 @@ def test_a_seed_folder_is_read_back_only_under_the_name_collect_writes():
 @pytest.mark.skipif(shallow_clone(), reason="needs the repository's whole git history (the registration's commit)")
 def test_a_fresh_clone_rebuilds_the_committed_study_byte_for_byte(tmp_path):
     """What `python -m rnnlm.study report` gives in a fresh clone: the committed study.md, study.png,
-    runs.csv, summary.csv, summary.json and the README's block, from the folders alone."""
+    runs.csv, summary.csv, summary.json and findings.json, from the folders alone."""
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--shared", str(REPO_ROOT), str(clone))  # the history; the study as it is here
     reports = clone / "reports"
     shutil.rmtree(reports / "study")
     shutil.copytree(REPO_ROOT / "reports/study", reports / "study",
                     ignore=shutil.ignore_patterns("runs.csv", "summary.csv", "summary.json"))
-    tmp_path = clone
-    shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
-    readme = (tmp_path / "README.md").read_text()
-    start, end = readme.index(study_report.README_BEGIN), readme.index(study_report.README_END)
-    (tmp_path / "README.md").write_text(readme[:start + len(study_report.README_BEGIN)] + "\nstale\n" + readme[end:])
-    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(REPO_ROOT / "params.yaml"),
-                        tmp_path / "README.md")
+    readme = (clone / "README.md").read_bytes()
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(REPO_ROOT / "params.yaml"))
     for name in OUTPUTS:
         assert (reports / name).read_bytes() == (REPO_ROOT / "reports" / name).read_bytes(), name
-    assert (tmp_path / "README.md").read_text() == (REPO_ROOT / "README.md").read_text()
-    assert "([figures](reports/study.md#findings))" in readme  # the verdicts link to their figures
-    assert "[astra_alpha](reports/study/astra_alpha/seed-1337/generations.md)" in readme
-    (tmp_path / "other.md").write_text("no markers\n")
-    with pytest.raises(RnnlmError, match="no study table markers"):
-        study_report.report(reports / "study", reports / "study.md", reports / "study.png",
-                            str(REPO_ROOT / "params.yaml"), tmp_path / "other.md")
+    assert (clone / "README.md").read_bytes() == readme  # the README links to the study; no report writes it
+    assert "(reports/study.md)" in readme.decode()
 
 
 def _edit_json(path: Path, **changes) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
-def test_report_refuses_a_readme_that_is_not_there(repo, study_cli):
-    study_collect.collect(repo, repo / "reports/study")
-    done = study_cli(repo, "report", "--readme", "NOPE.md", "--params", str(REPO_ROOT / "params.yaml"))
-    assert done.returncode == 1 and done.stderr == ("error: --readme NOPE.md: cannot be read (No such file or "
-                                                    "directory); expected the README whose study table to rewrite, "
-                                                    "or --readme ''\n")
-
-
 def test_report_refuses_a_full_scale_run_among_the_quick_ones(repo, study_cli):
     out = repo / "reports/study"
     study_collect.collect(repo, out)
     shutil.copytree(out / "alpha/seed-1337", out / "quick/alpha")
-    done = study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    done = study_cli(repo, "report", "--params", str(REPO_ROOT / "params.yaml"))
     assert done.returncode == 1 and done.stderr.startswith(
         "error: reports/study/quick/alpha/params.yaml: has train.steps_scale 1: a full-scale run in a quick folder")
 
@@ -201,7 +183,7 @@ def test_report_refuses_a_damaged_run_in_one_line_naming_the_file(repo, damage, 
     out = repo / "reports/study"
     study_collect.collect(repo, out)
     damage(out / "alpha/seed-1337")
-    done = study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    done = study_cli(repo, "report", "--params", str(REPO_ROOT / "params.yaml"))
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"error: reports/study/alpha/seed-1337/{message}")
     assert not (repo / "reports/study.md").exists()
@@ -253,10 +235,8 @@ def test_a_folder_whose_blocks_or_provenance_do_not_fit_the_run_is_refused(repo,
 def test_report_failing_part_way_leaves_every_previous_output(repo, monkeypatch):
     params = _folders(repo)
     reports = repo / "reports"
-    readme = repo / "README.md"
-    readme.write_text(f"# r\n{study_report.README_BEGIN}\nold\n{study_report.README_END}\n")
-    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params), readme)
-    before = {p: p.read_bytes() for p in (readme, *(reports / name for name in OUTPUTS))}
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
+    before = {p: p.read_bytes() for p in (reports / name for name in OUTPUTS)}
     shutil.rmtree(reports / "study/beta/seed-1")  # the study changes: every output would change with it
     import matplotlib.figure
 
@@ -265,11 +245,11 @@ def test_report_failing_part_way_leaves_every_previous_output(repo, monkeypatch)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)  # study.md is written before the figure
     with pytest.raises(RnnlmError, match=r"cannot write .*study.png: No space left on device"):
-        study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params), readme)
-    assert {p: p.read_bytes() for p in before} == before  # study.md, the figure and the README still agree
+        study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
+    assert {p: p.read_bytes() for p in before} == before  # study.md, the figure and the summaries still agree
     assert not [p for p in repo.rglob(".*.tmp")]
     monkeypatch.undo()
-    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params), readme)
+    study_report.report(reports / "study", reports / "study.md", reports / "study.png", str(params))
     assert (reports / "study.md").read_bytes() != before[reports / "study.md"]
 
 

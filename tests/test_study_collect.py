@@ -171,7 +171,7 @@ def test_collect_killed_between_its_two_renames_is_mended_and_report_refuses_unt
     assert killed.returncode != 0
     alpha = out / "alpha"
     assert sorted(p.name for p in alpha.iterdir()) == [".seed-1337.old", ".seed-1337.partial"]  # the folder is gone
-    refused = study_cli(repo, "report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml"))
+    refused = study_cli(repo, "report", "--params", str(REPO_ROOT / "params.yaml"))
     assert refused.returncode == 1 and refused.stderr == (
         "error: reports/study/alpha/.seed-1337.old: left by an interrupted `collect`; run `python -m rnnlm.study collect` "
         "again to mend it, then report\n")

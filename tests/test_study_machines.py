@@ -69,7 +69,7 @@ def test_two_machines_push_their_runs_and_a_third_collects_the_study(tmp_path):
         assert provenance["experiment"] == f"{model}-run" and provenance["device"] == "cpu"
         metrics = json.loads((collector / f"reports/study/{model}/seed-1337/metrics.json").read_text())
         assert metrics["model"] == model and metrics["stateful_bpc"] > 0
-    run([sys.executable, "-m", "rnnlm.study", "report", "--readme", ""], collector, env=env)
+    run([sys.executable, "-m", "rnnlm.study", "report"], collector, env=env)
     table = (collector / "reports/study.md").read_text()
     assert "[astra_alpha](study/astra_alpha/seed-1337/generations.md)" in table
     assert "[rnn_alpha](study/rnn_alpha/seed-1337/generations.md)" in table

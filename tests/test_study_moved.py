@@ -97,7 +97,7 @@ def test_read_findings_is_none_where_there_is_no_record(tmp_path, text):
 def test_the_report_command_prints_what_moved(tmp_path, study_cli):
     repo = new_repo(tmp_path)
     study_collect.collect(repo, repo / "reports/study")
-    report = ["report", "--readme", "", "--params", str(REPO_ROOT / "params.yaml")]
+    report = ["report", "--params", str(REPO_ROOT / "params.yaml")]
     first = study_cli(repo, *report)
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[1:] == ["no earlier findings.json to compare with: every verdict is new"]

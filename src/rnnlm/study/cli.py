@@ -5,7 +5,6 @@
     python -m rnnlm.study status [--models ...] [--seeds N]
     python -m rnnlm.study collect [--repo .] [--out reports/study] [--archives PATH ...]
     python -m rnnlm.study report [--study reports/study] [--markdown reports/study.md] [--figure reports/study.png]
-                                [--readme README.md]
     python -m rnnlm.study resume-files [--dir .resume] [--prune-older-than DAYS]
     python -m rnnlm.study register DRAFT --out reports/study/registration-<n>.yaml
     python -m rnnlm.study register --seal reports/study/registration-<n>.yaml
@@ -165,8 +164,6 @@ def _parser() -> argparse.ArgumentParser:
     report_parser.add_argument("--markdown", type=Path, default=Path("reports/study.md"))
     report_parser.add_argument("--figure", type=Path, default=Path("reports/study.png"))
     report_parser.add_argument("--params", default="params.yaml")
-    report_parser.add_argument("--readme", default="README.md",
-                               help="whose study table (between its markers) to rewrite; --readme '' for none")
     resume_parser = commands.add_parser("resume-files", help="list the resume files of interrupted runs; prune old ones")
     resume_parser.set_defaults(handle=_resume_files)
     resume_parser.add_argument("--dir", default=".resume",
@@ -239,7 +236,7 @@ def _report(args: argparse.Namespace) -> None:
     from rnnlm.study.judging.report import report
 
     before = read_findings(args.study / "findings.json")
-    runs = report(args.study, args.markdown, args.figure, args.params, Path(args.readme) if args.readme else None)
+    runs = report(args.study, args.markdown, args.figure, args.params)
     print(f"wrote {args.markdown} and {args.figure}: {sum(not r.quick for r in runs)} full-scale runs, "
           f"{sum(r.quick for r in runs)} quick runs")
     for line in verdicts_moved(before, read_findings(args.study / "findings.json")):

@@ -303,25 +303,6 @@ def _pass_section(finding: Finding, one_pass: Pass, level: float) -> list[str]:
     return lines
 
 
-def verdict_lines(passes: list[Pass], link: str) -> list[str]:
-    """One line per claim: its number, its verdict in each pass and the claim, linking to `link`#findings."""
-    lines = []
-    for first in passes[0].findings:
-        verdicts = "; ".join(f"{p.name}: {_short(p.finding(first.number))}" for p in passes
-                             if p.finding(first.number) is not None)
-        ends = conclusion(first.number, passes)
-        verdicts += "" if ends is None else f"; the study concludes: {ends.verdict}"
-        lines.append(f"{first.number}. **{verdicts}**: {first.registered.text} ([figures]({link}#findings))")
-    return lines
-
-
-def _short(finding: Finding) -> str:
-    rows = sum(c.measured for c in finding.comparisons)
-    if not rows:
-        return "no rows judged yet"
-    return f"{finding.verdict}" + (f" ({judged_rows(finding)})" if finding.waiting else "")
-
-
 def replicated(exploratory_finding: Finding, confirmatory_finding: Finding) -> str:
     """Whether the confirmatory pass reads as the exploratory one: yes or no where it is decided,
     else why not."""

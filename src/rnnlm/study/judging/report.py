@@ -15,7 +15,6 @@ previous outputs as they were; a kill between two renames is mended by running i
   reports/study/findings.json per claim its verdict, per comparison its estimate, interval, n,
                             one-sided p, verdict and seeds to decide (`findings_record`), the other
                             metrics file
-  README.md                 the summary table and one verdict line per claim, between its markers
 
 Nothing but the folders, params.yaml and git is read (no experiment, no DVC): git says which rules
 are registered and which runs were trained after them (`rnnlm.study.registration_git`), so any clone
@@ -40,7 +39,7 @@ from rnnlm.reporting.markdown import table_head, table_row
 from rnnlm.study.judging.evidence import Evidence, TextSampling
 from rnnlm.study.judging.figure import write_figure
 from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record, later
-from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table, verdict_lines
+from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table
 from rnnlm.study.folders import in_study_order, load_runs
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.run_record import StudyRun
@@ -50,7 +49,7 @@ from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figur
 
 
 class StudyReportError(RnnlmError):
-    """The study folders cannot be reported (none found, or the README has no markers)."""
+    """The study folders cannot be reported (none found)."""
 
 
 def _fmt(value, spec: str) -> str:
@@ -204,32 +203,6 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, rea
     return "\n".join(lines)
 
 
-README_BEGIN = "<!-- the study's full-scale table: written by `python -m rnnlm.study report`, do not edit -->"
-README_END = "<!-- end of the study's table -->"
-
-
-def readme_text(readme: Path, runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, reading: Reading,
-                models: list[str], markdown: Path) -> str:
-    """The README with what lies between its two markers replaced by the summary table and one
-    verdict line per claim, linking to the findings in `markdown`."""
-    try:
-        text = readme.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        why = error.strerror if isinstance(error, OSError) else error
-        raise StudyReportError(f"--readme {readme}: cannot be read ({why}); expected the README whose study table "
-                               "to rewrite, or --readme ''") from None
-    if README_BEGIN not in text or README_END not in text:
-        raise StudyReportError(f"{readme}: no study table markers; expected the lines {README_BEGIN} and {README_END}")
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    link = Path(os.path.relpath(markdown, readme.parent)).as_posix()
-    block = [*summary_table(runs, frame, summary, models, readme.parent, reading.other_tokenizer), "",
-             "The study's claims, as the numbers judge them against the spread over seeds (exploratory, every run;",
-             "then confirmatory, the seeds trained after the rules were registered):", "",
-             *verdict_lines(reading.passes, link)]
-    return f"{head}{README_BEGIN}\n" + "\n".join(block) + f"\n{README_END}{tail}"
-
-
 @dataclass(frozen=True)
 class Reading:
     """How the report reads the runs: the registrations (the first, then each later one), which runs
@@ -313,8 +286,7 @@ def read_runs(runs: list[StudyRun], frame: pd.DataFrame, study_dir: Path) -> Rea
     return Reading(tuple(registered), confirmed, left_out, passes)
 
 
-def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "params.yaml",
-           readme: Path | None = None) -> list[StudyRun]:
+def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "params.yaml") -> list[StudyRun]:
     """Write every output of the module docstring from the folders of `study_dir`; returns the runs."""
     params = load_params(params_path)
     models = list(params.models)
@@ -339,7 +311,4 @@ def report(study_dir: Path, markdown: Path, figure: Path, params_path: str = "pa
         record = findings_record(reading.passes, list(reading.registered))
         out.path(study_dir / "findings.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
                                                          encoding="utf-8")
-        if readme is not None:
-            out.path(readme).write_text(readme_text(readme, runs, frame, summary, reading, models, markdown),
-                                        encoding="utf-8")
     return runs

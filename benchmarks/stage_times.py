@@ -6,7 +6,7 @@
 runs every model of params.yaml (`--models` picks some) at `--steps-scale` (default 0.01: the
 README's quick run) through the pipeline's stage scripts in one scratch copy (the data stages once,
 as in a repository where they are done), and reads the timing file each stage writes
-(`rnnlm.timing`: reports/timing/<stage>.json). Beside it, the full-scale figures the study holds:
+(`rnnlm.stage_clock`: reports/timing/<stage>.json). Beside it, the full-scale figures the study holds:
 the median training seconds of each model's collected runs and, for runs collected with timing
 files, their evaluate stage. Run it on an idle machine: a second busy process changes everything.
 

@@ -21,7 +21,7 @@ from rnnlm.evaluation.evaluate import evaluate, write_context_curve, write_metri
 from rnnlm.scale import evaluate_settings, validation_text
 from rnnlm.params import load_params
 from rnnlm.inference.generation_record import read_generations
-from rnnlm.timing import StageClock
+from rnnlm.stage_clock import StageClock
 
 
 def main() -> None:

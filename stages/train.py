@@ -3,7 +3,7 @@
 Usage: python stages/train.py PREPARED_DIR TOKENIZER_DIR CHECKPOINT REPORT_DIR RESUME_DIR TIMING_JSON
 Writes the checkpoint and, in REPORT_DIR, metrics.json, steps.tsv and epochs.tsv (also while it trains,
 after every save, marked "finished": false until the end); TIMING_JSON, where
-this run's time went (`rnnlm.timing`: training, of which the per-epoch validation). RESUME_DIR keeps
+this run's time went (`rnnlm.stage_clock`: training, of which the per-epoch validation). RESUME_DIR keeps
 the run's last saved state (an epoch's end, or a block inside one) until every output is written (not
 tracked by git or DVC): $RNNLM_RESUME_DIR when set, else RESUME_DIR in the main repository, also for a
 queued experiment (`rnnlm.training.resume.resume_folder`).
@@ -24,7 +24,7 @@ from rnnlm.training.resume import resume_folder
 from rnnlm.training.settings import run_settings
 from rnnlm.training.train import train
 from rnnlm.reporting.training_report import clear_signal, signal_new_figures, write_training_report
-from rnnlm.timing import StageClock
+from rnnlm.stage_clock import StageClock
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rnnlm.models.cells.advance import LayerAdvance
+from rnnlm.models.cells.layer_advance import LayerAdvance
 from rnnlm.models.cells.base import CellSpec, Loops, grad_into_state, steps_of
 from rnnlm.models.cells.rnn import RNNCell, RNNLayer
 

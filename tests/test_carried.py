@@ -12,7 +12,7 @@ import torch
 from rnnlm.models.checkpoint import save_checkpoint
 from rnnlm.params import as_dict, parse_params, training_settings
 from rnnlm.reporting.training_report import training_summary
-from rnnlm.training.samplers import StreamSampler
+from rnnlm.training.batches import StreamSampler
 from tests.test_train import _losses, _same_weights, _train, killed_at_read, tiny_params
 
 

@@ -16,13 +16,13 @@ from rnnlm.models.kinds import build_model
 from rnnlm.training.resume import ResumeStore, read_resume_file
 from rnnlm.evaluation.scoring import batch_nll
 from rnnlm.errors import TrainingError
-from rnnlm.training.samplers import WindowSampler, val_batch_seed
+from rnnlm.training.batches import WindowSampler, val_batch_seed
 from rnnlm.training.settings import run_settings, steps_per_epoch
 from rnnlm.training.train import train
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from rnnlm.compute import backend
 from rnnlm.reporting.training_report import training_summary
-from rnnlm.study.run_record import StudyRun
+from rnnlm.study.study_run import StudyRun
 from tests.conftest import synthetic_play, train_model
 
 TEXT = synthetic_play(12_000)

@@ -41,7 +41,7 @@ from rnnlm.data.corpus import character_vocabulary
 from rnnlm.evaluation.ngram import NGramModel
 from rnnlm.params import EvaluateParams
 from rnnlm.inference.generation_record import GenerationRun
-from rnnlm.timing import StageClock, part_of
+from rnnlm.stage_clock import StageClock, part_of
 from rnnlm.evaluation.blocks import BlockTable, block_sums
 from rnnlm.evaluation.context import ContextCurve, context_curve
 from rnnlm.evaluation.scoring import Score, bits_per_char, streamed_token_nll, windowed_total

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from rnnlm.compute import backend
 from rnnlm.models.cells import CELLS
-from rnnlm.models.cells.advance import LayerAdvance
+from rnnlm.models.cells.layer_advance import LayerAdvance
 from rnnlm.models.cells.base import ModelState, from_lists, hidden, loops_for, to_lists
 from rnnlm.models.kinds import LanguageModel
 from rnnlm.models.language_model import RecurrentLM, layer_norm

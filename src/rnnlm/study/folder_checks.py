@@ -1,6 +1,6 @@
 """Whether a run folder's files tell of one run, and every figure in them is one a run can have.
 
-In:  a `StudyRun` (`rnnlm.study.run_record`) as `rnnlm.study.folders` reads it, and the file names a run folder may hold.
+In:  a `StudyRun` (`rnnlm.study.study_run`) as `rnnlm.study.folders` reads it, and the file names a run folder may hold.
 Out: `first_problem(run, names)`: (file name, what is wrong with it) for the first check the run
      fails, or None. `folders.load_run` turns it into a StudyFolderError naming the file.
 
@@ -19,7 +19,7 @@ from typing import Any
 from rnnlm.errors import ParamsError
 from rnnlm.evaluation.blocks import BLOCK_CHARS
 from rnnlm.params import model_entry, parse_params
-from rnnlm.study.run_record import StudyRun, provenance_date
+from rnnlm.study.study_run import StudyRun, provenance_date
 
 
 def first_problem(run: StudyRun, names: frozenset[str]) -> tuple[str, str] | None:

@@ -3,7 +3,7 @@
 In:  `reports/study/<model>/seed-<seed>/` (full-scale runs) and `reports/study/quick/<model>/`
      (quick runs), each holding the files of `FOLDER` below and a
      provenance.json.
-Out: one `StudyRun` (`rnnlm.study.run_record`) per folder, or a `StudyFolderError` naming the
+Out: one `StudyRun` (`rnnlm.study.study_run`) per folder, or a `StudyFolderError` naming the
      first file that is missing, does not parse, or disagrees with the rest of its folder (another
      model or seed, a table of epochs that is not the run's epochs: `rnnlm.study.folder_checks`):
      nothing is reported from a damaged run. A study folder with the leftovers of an interrupted
@@ -25,7 +25,7 @@ from rnnlm.errors import RnnlmError
 from rnnlm.params_base import parse_yaml
 from rnnlm.evaluation.blocks import BlockTable, read_blocks
 from rnnlm.study.folder_checks import first_problem
-from rnnlm.study.run_record import StudyRun
+from rnnlm.study.study_run import StudyRun
 
 
 # ----- the layout ----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rnnlm.models.cells.base import from_lists, to_lists
 from rnnlm.models.kinds import build_model
-from rnnlm.training.samplers import StreamSampler, WindowSampler, val_batch_seed
+from rnnlm.training.batches import StreamSampler, WindowSampler, val_batch_seed
 from rnnlm.training.settings import RunSettings
 from rnnlm.training.step import EagerStep, GraphStep, make_optimizer, make_training_step, replays_a_graph
 

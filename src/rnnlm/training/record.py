@@ -35,7 +35,7 @@ from rnnlm.errors import TrainingError
 from rnnlm.models.checkpoint import Checkpoint
 from rnnlm.models.kinds import count_parameters
 from rnnlm.scale import quick
-from rnnlm.timing import StageClock, part_of
+from rnnlm.stage_clock import StageClock, part_of
 from rnnlm.training.parts import Parts
 from rnnlm.training.progress import EpochProgress, History, Progress
 from rnnlm.training.resume import ResumeStore, check_payload, code_fingerprint

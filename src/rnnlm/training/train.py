@@ -8,7 +8,7 @@ Out: a `TrainResult`: the `Checkpoint` (weights, optimizer, config, tokenizer id
 
 The study's recipe: AdamW (weight decay from params), CosineAnnealingLR stepped once per epoch with
 T_max = epochs, cross-entropy, gradient-norm clipping, random windows of the training split drawn
-by a seeded generator (`rnnlm.training.samplers`). Unlike the study, the validation loss is measured
+by a seeded generator (`rnnlm.training.batches`). Unlike the study, the validation loss is measured
 on the whole validation split (consecutive windows of the sequence length, each from a zero state)
 after every epoch; the study's own estimator, the loss on one random validation batch, is recorded
 beside it (`val_batch_loss`), drawn by a generator of its own so that training is the same with or

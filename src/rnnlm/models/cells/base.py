@@ -1,6 +1,6 @@
 """What every recurrent cell shares: its weight layout, its state's format, its layer over a
 sequence, the generic scan through autograd, the helpers of hand-written backward passes, and its registry
-entry (its advance by one token for sampling: `advance.py`).
+entry (its advance by one token for sampling: `layer_advance.py`).
 
 A cell is its maths, `Cell.recur` (one time step from the input-side pre-activations), in a module of
 this folder with its layer and its `CellSpec` (`mgu.py`: nothing else). A cell may add loops as the
@@ -323,7 +323,7 @@ class CellSpec:
     name: str
     layer: type[RecurrentLayer]
     layer_advance: type | None = None
-    """How sampling arranges the layer's weights, a `rnnlm.models.cells.advance.LayerAdvance`; None:
+    """How sampling arranges the layer's weights, a `rnnlm.models.cells.layer_advance.LayerAdvance`; None:
     that class itself, one transposed view of all hidden-side matrices."""
     python_loops: Loops | None = None
     triton_loops: Callable[[], Loops] | None = None

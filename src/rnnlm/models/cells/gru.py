@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from rnnlm.compute.products import t_mm
-from rnnlm.models.cells.advance import LayerAdvance
+from rnnlm.models.cells.layer_advance import LayerAdvance
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from rnnlm.models.cells.advance import LayerAdvance
+from rnnlm.models.cells.layer_advance import LayerAdvance
 from rnnlm.models.cells.base import (
     Cell,
     CellSpec,

@@ -19,7 +19,7 @@ import yaml
 
 from rnnlm.study.campaign.experiments import CollectError
 from rnnlm.study.folders import FOLDER, seed_folder_name
-from rnnlm.study.run_record import provenance_date
+from rnnlm.study.study_run import provenance_date
 from rnnlm.params_base import parse_yaml
 
 ARCHIVE_MADE_BY = "benchmarks/gpu_check.py --study"

@@ -44,7 +44,7 @@ from rnnlm.study.folders import FOLDER, REQUIRED, StudyFolderError, folder_seed,
 from rnnlm.study.piece_counts import other_tokenizer_runs
 from rnnlm.study.registration import Registration, registrations
 from rnnlm.study.registration_git import code_record, sealed_registrations
-from rnnlm.study.run_record import provenance_date
+from rnnlm.study.study_run import provenance_date
 from rnnlm.study.campaign.swap import mend, write_folder
 from rnnlm.params_base import parse_yaml
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rnnlm.study.run_record import StudyRun
+from rnnlm.study.study_run import StudyRun
 from rnnlm.study.judging.stats import t_interval
 
 

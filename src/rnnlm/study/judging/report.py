@@ -42,7 +42,7 @@ from rnnlm.study.judging.findings import Pass, check_claims, confirmatory, explo
 from rnnlm.study.judging.findings_markdown import findings_markdown, glance_table
 from rnnlm.study.folders import in_study_order, load_runs
 from rnnlm.study.piece_counts import other_tokenizer_runs
-from rnnlm.study.run_record import StudyRun
+from rnnlm.study.study_run import StudyRun
 from rnnlm.study.registration import Registration, RegistrationError
 from rnnlm.study.registration_git import repository_of, sealed_registrations, trained_after
 from rnnlm.study.judging.table import FIGURES, csv_text, epochs_frame, run_figures, runs_frame, summary_frame, summary_json

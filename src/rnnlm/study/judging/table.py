@@ -1,6 +1,6 @@
 """The study as tables: one row per run, then per model the mean, spread and 95% interval.
 
-In:  the full-scale `StudyRun`s of `rnnlm.study.run_record`.
+In:  the full-scale `StudyRun`s of `rnnlm.study.study_run`.
 Out: `runs_frame`: a pandas DataFrame, one row per (model, seed): where it ran and every figure
      the study table and the findings use (`FIGURES`); `summary_frame`: per model and figure, n,
      mean, standard deviation and the 95% t-interval (`rnnlm.study.judging.stats`; training time: median
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from rnnlm.study.run_record import StudyRun
+from rnnlm.study.study_run import StudyRun
 from rnnlm.study.judging.stats import t_interval
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from rnnlm.models.cells.layer_advance import LayerAdvance
-from rnnlm.models.cells.base import CellSpec, Loops, grad_into_state, steps_of
+from rnnlm.models.cells.base import CellSpec, Loops, grad_into_state, time_steps_of
 from rnnlm.models.cells.rnn import RNNCell, RNNLayer
 
 
@@ -35,7 +35,7 @@ def forward(products, h0, weight_hh, bias_ih, masks):
     """products (T, B, H), overwritten with the activations; -> hs (T, B, H), times the masks."""
     hs = torch.empty_like(products)
     h = h0
-    for a, h_new, mask in zip(products.unbind(0), hs.unbind(0), steps_of(masks, products.shape[0])):
+    for a, h_new, mask in zip(products.unbind(0), hs.unbind(0), time_steps_of(masks, products.shape[0])):
         softsign_(a.add_(bias_ih).addmm_(h, weight_hh.T))
         h = torch.mul(a, mask, out=h_new) if mask is not None else h_new.copy_(a)
     return hs
@@ -44,7 +44,7 @@ def forward(products, h0, weight_hh, bias_ih, masks):
 def backward(grad_hs, weight_hh, activations, masks):
     """Overwrites the activations with the pre-activations' gradient -> grad_h0 (B, H)."""
     T = activations.shape[0]
-    a, grad_out, mask = activations.unbind(0), grad_hs.unbind(0), steps_of(masks, T)
+    a, grad_out, mask = activations.unbind(0), grad_hs.unbind(0), time_steps_of(masks, T)
     grad_h = None
     for t in range(T - 1, -1, -1):
         grad = grad_into_state(grad_out[t], grad_h, mask[t])

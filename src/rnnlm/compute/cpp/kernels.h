@@ -103,19 +103,19 @@ inline Vec<scalar_t> pre_activation(const scalar_t* x, const scalar_t* bias, con
 }
 
 // The gradient w.r.t. a time step's new state before its mask, lanes j..j+n of one row:
-// (output gradient + gradient carried from the next time step) * mask (mask may be null).
+// (output gradient + the gradient from_later, back from the next time step) * mask (mask may be null).
 template <typename scalar_t>
-inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* carried, const scalar_t* mask, int64_t j, int64_t n) {
-  auto grad = load(grad_out + j, n) + load(carried + j, n);
+inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* from_later, const scalar_t* mask, int64_t j, int64_t n) {
+  auto grad = load(grad_out + j, n) + load(from_later + j, n);
   return mask ? grad * load(mask + j, n) : grad;
 }
 
-// The same with the carried gradient in two parts (the GRU's: through its direct paths, and through
-// its r, z product, which arrives one pass later).
+// The same with the gradient from the later time step in two parts (the GRU's: through its direct
+// paths, and through its r, z product, which arrives one pass later).
 template <typename scalar_t>
-inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* carried, const scalar_t* carried_too,
+inline Vec<scalar_t> grad_into_state(const scalar_t* grad_out, const scalar_t* from_later, const scalar_t* from_later_too,
                                      const scalar_t* mask, int64_t j, int64_t n) {
-  auto grad = load(grad_out + j, n) + load(carried + j, n) + load(carried_too + j, n);
+  auto grad = load(grad_out + j, n) + load(from_later + j, n) + load(from_later_too + j, n);
   return mask ? grad * load(mask + j, n) : grad;
 }
 

@@ -286,7 +286,7 @@ def autograd_scan(cell: Cell, products: Tensor, state: LayerState,
     (T, B, H) and the final state, through `cell.recur` and autograd."""
     bias = cell.input_bias()
     outputs = []
-    for gates_x, mask in zip(products.unbind(0), steps_of(masks, products.shape[0])):
+    for gates_x, mask in zip(products.unbind(0), time_steps_of(masks, products.shape[0])):
         state = cell.recur(gates_x + bias, state)
         if mask is not None:
             state = with_hidden(state, hidden(state) * mask)
@@ -354,14 +354,15 @@ def loops_for(spec: CellSpec, tensor: Tensor) -> Loops | None:
 # ------------------------------------------------------------------ helpers of the scans
 
 
-def steps_of(tensor: Tensor | None, T: int) -> tuple[Tensor | None, ...]:
+def time_steps_of(tensor: Tensor | None, T: int) -> tuple[Tensor | None, ...]:
     """tensor (T, ...) as T views, made once (indexing inside a loop costs a dispatch per time step)."""
     return (None,) * T if tensor is None else tensor.unbind(0)
 
 
-def grad_into_state(grad_step: Tensor, carried: Tensor | None, mask: Tensor | None) -> Tensor:
-    """The gradient w.r.t. a time step's new state before its mask: (output gradient + carried) * mask."""
-    grad = grad_step if carried is None else grad_step + carried
+def grad_into_state(grad_here: Tensor, from_later: Tensor | None, mask: Tensor | None) -> Tensor:
+    """The gradient w.r.t. a time step's new state before its mask: (its output's gradient `grad_here` +
+    `from_later`, the gradient back from the later time steps) * mask."""
+    grad = grad_here if from_later is None else grad_here + from_later
     if mask is not None:
         grad = grad * mask
     return grad

@@ -28,7 +28,7 @@ from rnnlm.models.cells.base import (
     or_zeros,
     overwritten,
     state_weight_gradient,
-    steps_of,
+    time_steps_of,
     sigmoid_backward,
     tanh_backward,
 )
@@ -92,7 +92,7 @@ def forward(products, h0, weight_hh, bias, masks):
     hs = gates.new_empty(T, B, H)
     rz_pre, n_pre = gates[..., : 2 * H].unbind(0), gates[..., 2 * H :].unbind(0)
     h = h0
-    for t, (r_h, h_new, mask) in enumerate(zip(reset_h.unbind(0), hs.unbind(0), steps_of(masks, T))):
+    for t, (r_h, h_new, mask) in enumerate(zip(reset_h.unbind(0), hs.unbind(0), time_steps_of(masks, T))):
         rz = rz_pre[t].add_(bias_r_z).addmm_(h, rz_t).sigmoid_()  # (B, 2H)
         torch.mul(rz[:, :H], h, out=r_h)
         candidate = n_pre[t].add_(bias_n).addmm_(r_h, n_t).tanh_()  # (B, H)
@@ -108,10 +108,10 @@ def backward(grad_hs, h0, weight_hh, gates, hs, masks):
     T, B, H = hs.shape
     weight_rz, weight_n = weight_hh[: 2 * H], weight_hh[2 * H :]
     grad_gates = gates
-    r, z, candidate = steps_of(gates[..., :H], T), steps_of(gates[..., H : 2 * H], T), steps_of(gates[..., 2 * H :], T)
-    grad_r, grad_z = steps_of(grad_gates[..., :H], T), steps_of(grad_gates[..., H : 2 * H], T)
-    grad_rz, grad_n = steps_of(grad_gates[..., : 2 * H], T), steps_of(grad_gates[..., 2 * H :], T)
-    h_prev, grad_out, mask = (h0, *hs[:-1].unbind(0)), grad_hs.unbind(0), steps_of(masks, T)
+    r, z, candidate = time_steps_of(gates[..., :H], T), time_steps_of(gates[..., H : 2 * H], T), time_steps_of(gates[..., 2 * H :], T)
+    grad_r, grad_z = time_steps_of(grad_gates[..., :H], T), time_steps_of(grad_gates[..., H : 2 * H], T)
+    grad_rz, grad_n = time_steps_of(grad_gates[..., : 2 * H], T), time_steps_of(grad_gates[..., 2 * H :], T)
+    h_prev, grad_out, mask = (h0, *hs[:-1].unbind(0)), grad_hs.unbind(0), time_steps_of(masks, T)
     grad_h = None
     for t in range(T - 1, -1, -1):
         grad = grad_into_state(grad_out[t], grad_h, mask[t])  # (B, H)

@@ -44,15 +44,15 @@ def _gru_forward_new_h(gates, bias_n, h, mask, h_new, n, H: tl.constexpr, HAS_MA
 
 
 @triton.jit
-def _gru_backward_zn(gates, grad_out, carried, mask, h_prev, direct, n, H: tl.constexpr, HAS_CARRY: tl.constexpr,
+def _gru_backward_zn(gates, grad_out, from_later, mask, h_prev, direct, n, H: tl.constexpr, HAS_LATER: tl.constexpr,
                      HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
-    """grad = (grad_out + carried) * mask, w.r.t. the time step's new h; writes the gradients w.r.t. the
+    """grad = (grad_out + from_later) * mask, w.r.t. the time step's new h; writes the gradients w.r.t. the
     pre-activations of z and the candidate over z and the candidate; direct = grad * (1 - z)."""
     u, b, j, ok = _unit(n, H, BLOCK)
     row = gates + b * (3 * H) + j
     grad = tl.load(grad_out + u, mask=ok)
-    if HAS_CARRY:
-        grad = grad + tl.load(carried + u, mask=ok)
+    if HAS_LATER:
+        grad = grad + tl.load(from_later + u, mask=ok)
     if HAS_MASK:
         grad = grad * tl.load(mask + u, mask=ok)
     z = tl.load(row + H, mask=ok)
@@ -102,17 +102,17 @@ def backward(grad_hs, h0, weight_hh, gates, hs, masks):
     T, H, n, grad_out, mask = backward_start(grad_hs, masks)
     weight_rz, weight_n = weight_hh[: 2 * H], weight_hh[2 * H :]
     h_prev = (h0.contiguous(), *hs[:-1].unbind(0))
-    buffers = [torch.empty_like(h0), torch.empty_like(h0)]  # the carried gradient and the next, in turn
+    buffers = [torch.empty_like(h0), torch.empty_like(h0)]  # the gradient from the later time step and the next, in turn
     grad_reset_h = torch.empty_like(h0)
-    carried = None
+    from_later = None
     for t in range(T - 1, -1, -1):
-        step_gates = gates[t]
+        gates_t = gates[t]
         direct = buffers[t % 2]
-        _gru_backward_zn[_grid(n)](step_gates, grad_out[t], carried if carried is not None else direct,
+        _gru_backward_zn[_grid(n)](gates_t, grad_out[t], from_later if from_later is not None else direct,
                                    mask[t] if mask[t] is not None else direct, h_prev[t], direct, n, H=H,
-                                   HAS_CARRY=carried is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
-        torch.mm(step_gates[:, 2 * H :], weight_n, out=grad_reset_h)  # (B, H), w.r.t. r * h_prev
-        _gru_backward_r[_grid(n)](step_gates, grad_reset_h, h_prev[t], direct, n, H=H, BLOCK=BLOCK)
-        carried = direct.addmm_(step_gates[:, : 2 * H], weight_rz)  # through r and z
-    return carried
+                                   HAS_LATER=from_later is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
+        torch.mm(gates_t[:, 2 * H :], weight_n, out=grad_reset_h)  # (B, H), w.r.t. r * h_prev
+        _gru_backward_r[_grid(n)](gates_t, grad_reset_h, h_prev[t], direct, n, H=H, BLOCK=BLOCK)
+        from_later = direct.addmm_(gates_t[:, : 2 * H], weight_rz)  # through r and z
+    return from_later
 

@@ -24,7 +24,7 @@ from rnnlm.models.cells.base import (
     or_zeros,
     overwritten,
     state_weight_gradient,
-    steps_of,
+    time_steps_of,
     sigmoid_backward,
     tanh_backward,
 )
@@ -65,7 +65,7 @@ def forward(products, h0, c0, weight_hh, bias_ih, masks):
     cs = gates.new_empty(T, B, H)
     hs = gates.new_empty(T, B, H)
     h, c = h0, c0
-    for a, c_new, h_new, mask in zip(gates.unbind(0), cs.unbind(0), hs.unbind(0), steps_of(masks, T)):
+    for a, c_new, h_new, mask in zip(gates.unbind(0), cs.unbind(0), hs.unbind(0), time_steps_of(masks, T)):
         a.add_(bias_ih).addmm_(h, hh_t)  # (B, 4H)
         a[:, : 3 * H].sigmoid_()
         a[:, 3 * H :].tanh_()
@@ -81,9 +81,9 @@ def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
     their gradients w.r.t. the pre-activations -> grad_h0, grad_c0 (B, H)."""
     T, B, H = cs.shape
     grad_gates = gates
-    i, f, o, g = (steps_of(gates[..., k * H : (k + 1) * H], T) for k in range(4))
-    grad_i, grad_f, grad_o, grad_g = (steps_of(grad_gates[..., k * H : (k + 1) * H], T) for k in range(4))
-    c_prev, grad_out, mask = (c0, *cs[:-1].unbind(0)), grad_hs.unbind(0), steps_of(masks, T)
+    i, f, o, g = (time_steps_of(gates[..., k * H : (k + 1) * H], T) for k in range(4))
+    grad_i, grad_f, grad_o, grad_g = (time_steps_of(grad_gates[..., k * H : (k + 1) * H], T) for k in range(4))
+    c_prev, grad_out, mask = (c0, *cs[:-1].unbind(0)), grad_hs.unbind(0), time_steps_of(masks, T)
     grad_h = None
     grad_c = grad_c_last.clone()
     for t in range(T - 1, -1, -1):

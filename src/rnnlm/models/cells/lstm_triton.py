@@ -37,15 +37,15 @@ def _lstm_forward(gates, bias, c_prev, mask, c_new, h_new, n, H: tl.constexpr, H
 
 
 @triton.jit
-def _lstm_backward(gates, grad_out, carried, mask, c, c_prev, grad_c, n, H: tl.constexpr, HAS_CARRY: tl.constexpr,
+def _lstm_backward(gates, grad_out, from_later, mask, c, c_prev, grad_c, n, H: tl.constexpr, HAS_LATER: tl.constexpr,
                    HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
-    """From the gradient w.r.t. the new h ((grad_out + carried) * mask) and grad_c (w.r.t. the new c):
+    """From the gradient w.r.t. the new h ((grad_out + from_later) * mask) and grad_c (w.r.t. the new c):
     writes the four gates' pre-activation gradients over the gates and grad_c w.r.t. c_prev over grad_c."""
     u, b, j, ok = _unit(n, H, BLOCK)
     row = gates + b * (4 * H) + j
     grad = tl.load(grad_out + u, mask=ok)
-    if HAS_CARRY:
-        grad = grad + tl.load(carried + u, mask=ok)
+    if HAS_LATER:
+        grad = grad + tl.load(from_later + u, mask=ok)
     if HAS_MASK:
         grad = grad * tl.load(mask + u, mask=ok)
     i = tl.load(row, mask=ok)
@@ -84,12 +84,12 @@ def backward(grad_hs, grad_c_last, c0, weight_hh, gates, cs, masks):
     T, H, n, grad_out, mask = backward_start(grad_hs, masks)
     c_prev = (c0.contiguous(), *cs[:-1].unbind(0))
     grad_c = grad_c_last.clone(memory_format=torch.contiguous_format)
-    carried = None
+    from_later = None
     grad_h = torch.empty_like(grad_c)
     for t in range(T - 1, -1, -1):
-        _lstm_backward[_grid(n)](gates[t], grad_out[t], carried if carried is not None else grad_c,
+        _lstm_backward[_grid(n)](gates[t], grad_out[t], from_later if from_later is not None else grad_c,
                                  mask[t] if mask[t] is not None else grad_c, cs[t], c_prev[t], grad_c, n, H=H,
-                                 HAS_CARRY=carried is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
-        carried = torch.mm(gates[t], weight_hh, out=grad_h)  # (B, H)
-    return carried, grad_c
+                                 HAS_LATER=from_later is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
+        from_later = torch.mm(gates[t], weight_hh, out=grad_h)  # (B, H)
+    return from_later, grad_c
 

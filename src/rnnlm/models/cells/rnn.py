@@ -22,7 +22,7 @@ from rnnlm.models.cells.base import (
     or_zeros,
     overwritten,
     state_weight_gradient,
-    steps_of,
+    time_steps_of,
     tanh_backward,
 )
 
@@ -48,7 +48,7 @@ def forward(products, h0, weight_hh, bias_ih, masks):
     hs = torch.empty_like(activations)
     hh_t = weight_hh.T
     h = h0
-    for a, h_new, mask in zip(activations.unbind(0), hs.unbind(0), steps_of(masks, T)):
+    for a, h_new, mask in zip(activations.unbind(0), hs.unbind(0), time_steps_of(masks, T)):
         a.add_(bias_ih).addmm_(h, hh_t).tanh_()
         h = torch.mul(a, mask, out=h_new) if mask is not None else h_new.copy_(a)
     return hs
@@ -59,7 +59,7 @@ def backward(grad_hs, weight_hh, activations, masks):
     w.r.t. the pre-activations -> grad_h0 (B, H)."""
     T = activations.shape[0]
     grad_pre = activations
-    a, grad_a, grad_out, mask = activations.unbind(0), grad_pre.unbind(0), grad_hs.unbind(0), steps_of(masks, T)
+    a, grad_a, grad_out, mask = activations.unbind(0), grad_pre.unbind(0), grad_hs.unbind(0), time_steps_of(masks, T)
     grad_h = None
     for t in range(T - 1, -1, -1):
         grad = grad_into_state(grad_out[t], grad_h, mask[t])

@@ -25,13 +25,13 @@ def _rnn_forward(pre, bias, mask, h_new, n, H: tl.constexpr, HAS_MASK: tl.conste
 
 
 @triton.jit
-def _rnn_backward(activations, grad_out, carried, mask, n, H: tl.constexpr, HAS_CARRY: tl.constexpr,
+def _rnn_backward(activations, grad_out, from_later, mask, n, H: tl.constexpr, HAS_LATER: tl.constexpr,
                   HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
-    """((grad_out + carried) * mask) * (1 - a^2), the pre-activation gradient, written over a."""
+    """((grad_out + from_later) * mask) * (1 - a^2), the pre-activation gradient, written over a."""
     u, b, j, ok = _unit(n, H, BLOCK)
     grad = tl.load(grad_out + u, mask=ok)
-    if HAS_CARRY:
-        grad = grad + tl.load(carried + u, mask=ok)
+    if HAS_LATER:
+        grad = grad + tl.load(from_later + u, mask=ok)
     if HAS_MASK:
         grad = grad * tl.load(mask + u, mask=ok)
     a = tl.load(activations + u, mask=ok)
@@ -59,11 +59,11 @@ def backward(grad_hs, weight_hh, activations, masks):
     w.r.t. the pre-activations -> grad_h0 (B, H)."""
     T, H, n, grad_out, mask = backward_start(grad_hs, masks)
     grad_h = activations.new_empty(grad_out[0].shape)  # (B, H)
-    carried = None
+    from_later = None
     for t in range(T - 1, -1, -1):
-        _rnn_backward[_grid(n)](activations[t], grad_out[t], carried if carried is not None else grad_h,
+        _rnn_backward[_grid(n)](activations[t], grad_out[t], from_later if from_later is not None else grad_h,
                                 mask[t] if mask[t] is not None else grad_h, n, H=H,
-                                HAS_CARRY=carried is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
-        carried = torch.mm(activations[t], weight_hh, out=grad_h)
-    return carried
+                                HAS_LATER=from_later is not None, HAS_MASK=mask[t] is not None, BLOCK=BLOCK)
+        from_later = torch.mm(activations[t], weight_hh, out=grad_h)
+    return from_later
 

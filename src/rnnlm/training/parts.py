@@ -65,10 +65,10 @@ class Parts:
         return state
 
     def required_keys(self) -> tuple[str, ...]:
-        """The keys of `state_dict` that a resume file for these parts must hold (a file written before
-        CUDA's generator was kept may lack `cuda_rng`; `carried_state` is None at a pass's start)."""
-        return ("model", "optimizer", "scheduler", "sampler_rng", "torch_rng", "val_batch_rng",
-                *(("stream_position",) if self.carried else ()))
+        """The keys of `state_dict` that a resume file for these parts must hold: all but `cuda_rng` (a
+        file written before CUDA's generator was kept lacks it) and `carried_state` (None at a pass's
+        start)."""
+        return tuple(key for key in self.state_dict() if key not in ("cuda_rng", "carried_state"))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put a `state_dict` back (a resume file's, checked against these parts before)."""

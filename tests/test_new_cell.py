@@ -22,7 +22,7 @@ from rnnlm.params import parse_params
 from rnnlm.inference.generation_run import run_generations
 from tests.conftest import synthetic_play, train_model
 from rnnlm.models.cells import CELLS
-from rnnlm.models.cells.base import CellContractError
+from rnnlm.models.cells.contract import CellContractError
 from tests.softsign_cell import SPEC as SOFTSIGN
 
 

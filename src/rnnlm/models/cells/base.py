@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from rnnlm.compute import backend
-from rnnlm.errors import RnnlmError
+from rnnlm.models.cells.contract import check_contract
 from rnnlm.compute.products import linear, t_addmm, t_mm
 
 # ------------------------------------------------------------------ the state's format
@@ -162,35 +162,6 @@ class Cell(nn.Module):
     def advance(self, x: Tensor, state: LayerState) -> LayerState:
         """One token from the layer's input x (B, I): the state after it."""
         return self.recur(x @ self.weight_ih.T + self.input_bias(), state)
-
-
-class CellContractError(RnnlmError):
-    """A cell whose built parameters are not the ones it declares."""
-
-
-def check_contract(cell: Cell) -> None:
-    """CellContractError, naming the cell and the parameter, unless `cell` holds exactly the
-    parameters its `parameter_shapes` declares, in that order and of those shapes (what a model's
-    parameter count, its checkpoints and the loops read), with a `weight_hh` of its `recurrence`'s
-    shape: a matrix (G*H, H) or a vector (G*H)."""
-    name = type(cell).__name__
-    declared = cell.parameter_shapes(cell.input_size, cell.hidden_size)
-    built = {key: tuple(p.shape) for key, p in cell.named_parameters()}
-    for key in [*declared, *(k for k in built if k not in declared)]:
-        if built.get(key) != declared.get(key):
-            what = "not built" if key not in built else f"built as {built[key]}"
-            said = "not declared" if key not in declared else f"declared as {declared[key]}"
-            raise CellContractError(f"{name}.{key}: {what}, {said} by parameter_shapes; expected a cell whose "
-                                    "__init__ leaves exactly the parameters it declares")
-    if list(built) != list(declared):
-        raise CellContractError(f"{name}: parameters built in the order {', '.join(built)}, declared in the order "
-                                f"{', '.join(declared)}; expected the declared order")
-    rows = cell.gates * cell.hidden_size
-    expected = (rows, cell.hidden_size) if cell.recurrence == "matrix" else (rows,)
-    if built.get("weight_hh") != expected:
-        raise CellContractError(f"{name}.weight_hh: of shape {built.get('weight_hh')}, but recurrence "
-                                f"{cell.recurrence!r} with {cell.gates} gates of {cell.hidden_size} units reads "
-                                f"{expected}; expected them to agree")
 
 
 class RecurrentLayer(nn.Module):

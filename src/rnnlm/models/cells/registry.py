@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 FOLDER = Path(__file__).parent
 PACKAGE = "rnnlm.models.cells"
-SHARED = ("registry.py", "base.py", "layer_advance.py", "triton_common.py")
+SHARED = ("registry.py", "base.py", "contract.py", "layer_advance.py", "triton_common.py")
 """What every cell's models run from this folder: the machinery, the layers' scan and advancer and
 the Triton helpers (the compiled loops' shared kernels are `rnnlm.compute`'s)."""
 

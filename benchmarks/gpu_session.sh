@@ -6,8 +6,8 @@
 #                 the CPU's tokenizer sha256)
 #                 and a dry run on the CPU (DRY_RUN below)
 #   There:        RUNS="leviathan:5 leviathan:6" DEADLINE=500 bash benchmarks/gpu_session.sh   (carry .gpu)
-#   Here, after:  tar xzf <files_at>/gpu.tar.gz -C out && python -m rnnlm.study collect --archives out/study
-#                 && python -m rnnlm.study report
+#   Here, after:  tar xzf <files_at>/gpu.tar.gz -C out && python -m rnnlm_study collect --archives out/study
+#                 && python -m rnnlm_study report
 # Size a call from docs/study-runs.md's solo seconds: MPS gave about 1.6x the throughput of one run at a
 # time, so a 400 s window holds about 640 solo seconds of training and evaluation.
 #

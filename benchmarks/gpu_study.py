@@ -4,7 +4,7 @@ Each (model, seed) trains at full scale through the stage scripts in a scratch c
 repository, several at once on the one GPU (a process each), and comes back as one small archive,
 `<model>-seed-<seed>.tar.gz`: its study folder (params, training metrics and curves, evaluation
 metrics, reset and context curves, generations) and a provenance naming the machine (`environment`,
-which the check's report opens with too); checkpoints stay behind. `python -m rnnlm.study collect
+which the check's report opens with too); checkpoints stay behind. `python -m rnnlm_study collect
 --archives DIR` takes them into reports/study/.
 """
 
@@ -32,8 +32,8 @@ from benchmarks import timing
 from benchmarks.pipeline_runs import check_tokenizer, run_stages, scratch_copy, tokenizer_hash
 
 from rnnlm.params import load_params
-from rnnlm.study.campaign.archive import ARCHIVE_MADE_BY
-from rnnlm.study.folders import FOLDER
+from rnnlm_study.campaign.archive import ARCHIVE_MADE_BY
+from rnnlm_study.folders import FOLDER
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def pack(work: Path, archive: Path, folder: str, provenance: dict[str, object]) 
     partial = archive.with_name(f".{archive.name}")
     with tarfile.open(partial, "w:gz") as tar:
         for name, path in OUTPUTS.items():
-            if (work / path).exists():  # the optional files (rnnlm.study.folders.OPTIONAL) may be missing
+            if (work / path).exists():  # the optional files (rnnlm_study.folders.OPTIONAL) may be missing
                 tar.add(work / path, arcname=f"{folder}/{name}")
         tar.add(work / "params.yaml", arcname=f"{folder}/params.yaml")
         info = tarfile.TarInfo(f"{folder}/provenance.json")

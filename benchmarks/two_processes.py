@@ -17,7 +17,7 @@ Each is timed alone (every core), then as two processes started together, in thr
   thread pool): what two runs did before the rule;
 - `every core`: each with every core and the rule: two `dvc exp run` started by hand, or sampling
   while a training runs;
-- `half the cores`: each with half the cores (`OMP_NUM_THREADS`), as `python -m rnnlm.study run
+- `half the cores`: each with half the cores (`OMP_NUM_THREADS`), as `python -m rnnlm_study run
   --jobs 2` starts its two queue workers.
 
 A row gives, per process, its median seconds and the share of its speed alone it kept (alone / with

@@ -310,7 +310,7 @@ SLURM_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"
 
 
 def why_no_slurm() -> str | None:
-    """Why this machine cannot start the one-node test cluster of tests/test_slurm.py, or None."""
+    """Why this machine cannot start the one-node test cluster of tests/study/test_slurm.py, or None."""
     missing = [d for d in SLURM_COMMANDS if shutil.which(d) is None]
     if missing:
         return f"Slurm is not installed ({', '.join(missing)} missing: Debian's slurm-wlm and munge; .ci/run installs them)"
@@ -360,8 +360,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def study_cli(in_process):
-    """`study_cli(repo, *args)`: `python -m rnnlm.study ARGS` in `repo`, run in this process."""
-    return lambda repo, *args: in_process(["-m", "rnnlm.study", *args], repo)
+    """`study_cli(repo, *args)`: `python -m rnnlm_study ARGS` in `repo`, run in this process."""
+    return lambda repo, *args: in_process(["-m", "rnnlm_study", *args], repo)
 
 
 def shallow_clone() -> bool:

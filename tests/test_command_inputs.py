@@ -1,7 +1,7 @@
 """Malformed or unwritable input to the command lines that are not stages: each case one line naming
 what was wrong and what was expected, a non-zero exit, and nothing half-written (#54, the cases
 found by trying it a second time). The study's folders, archives and checkpoints have tables of
-their own (test_study.py, test_study_archives.py, test_checkpoint.py)."""
+their own (study/test_study.py, study/test_study_archives.py, test_checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ CASES = [
     (lambda t: ["-m", "rnnlm.describe", "astra_alpha", "--prepared", str(REPO_ROOT / "README.md"), "--params",
                 str(REPO_ROOT / "params.yaml")],
      "error: --prepared {root}/README.md: not a folder; expected the prepare stage's output"),
-    (lambda t: ["-m", "rnnlm.study", "status", "--study", str(REPO_ROOT / "README.md"), "--params",
+    (lambda t: ["-m", "rnnlm_study", "status", "--study", str(REPO_ROOT / "README.md"), "--params",
                 str(REPO_ROOT / "params.yaml")],
      "error: --study {root}/README.md: not a folder; expected the study's folder (reports/study)"),
-    (lambda t: ["-m", "rnnlm.study", "run", "--models", "astra_alpha", "--seeds", "1000000000000", "--params",
+    (lambda t: ["-m", "rnnlm_study", "run", "--models", "astra_alpha", "--seeds", "1000000000000", "--params",
                 str(REPO_ROOT / "params.yaml")],
      "error: --seeds 1000000000000 for 1 model asks for 1,000,000,000,000 runs, more than --max-runs 100"),
 ]
@@ -76,12 +76,12 @@ def test_an_edited_resume_header_is_listed_as_unreadable_and_status_goes_on(tmp_
     fields = json.loads(data[len(MAGIC):line_end])
     for name, change in (("fast.pt", {"steps_scale": "fast"}), ("future.pt", {"written": "2099-01-01T00:00:00+00:00"})):
         (folder / name).write_bytes(MAGIC + json.dumps({**fields, **change}).encode() + data[line_end:])
-    listed = in_process(["-m", "rnnlm.study", "resume-files", "--dir", str(folder)], tmp_path)
+    listed = in_process(["-m", "rnnlm_study", "resume-files", "--dir", str(folder)], tmp_path)
     assert listed.returncode == 0 and listed.stdout.count("unreadable: ") == 2, listed.stdout
     assert "steps_scale 'fast' is not of the kind a run writes" in listed.stdout
     assert "is not a past time with a zone" in listed.stdout and "-" not in listed.stdout.split("good.pt")[0][-12:]
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    shown = in_process(["-m", "rnnlm.study", "status", "--models", "astra_alpha", "--seed-list", "1", "2",
+    shown = in_process(["-m", "rnnlm_study", "status", "--models", "astra_alpha", "--seed-list", "1", "2",
                         "--resume-dir", str(folder), "--params", str(REPO_ROOT / "params.yaml")], tmp_path)
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
 
@@ -94,7 +94,7 @@ def test_pruning_a_folder_this_user_cannot_write_is_one_line(tmp_path, in_proces
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(Path, "unlink", refused)
-    done = in_process(["-m", "rnnlm.study", "resume-files", "--dir", str(folder), "--prune-older-than", "0"], tmp_path)
+    done = in_process(["-m", "rnnlm_study", "resume-files", "--dir", str(folder), "--prune-older-than", "0"], tmp_path)
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
     assert done.stderr == (f"error: {folder / 'old.pt'}: cannot be removed (Permission denied); expected a resume folder "
                            "this user may write\n")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from rnnlm import atomic
-from rnnlm.study.campaign import dvc_queue
+from rnnlm_study.campaign import dvc_queue
 from rnnlm.training.resume import read_header
 from tests.conftest import REPO_ROOT, copy_repo, make_dvc_repo, synthetic_play, tiny_models
 
@@ -285,10 +285,10 @@ def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, 
     (resume,) = elsewhere.iterdir()
     assert read_header(resume)["model"] == "astra_alpha" and not list((root / ".resume").iterdir())
     monkeypatch.setenv("RNNLM_RESUME_DIR", str(elsewhere))
-    listed = in_process(["-m", "rnnlm.study", "resume-files"], root)
+    listed = in_process(["-m", "rnnlm_study", "resume-files"], root)
     assert "astra_alpha" in listed.stdout and "1/40 epochs done" in listed.stdout and resume.name in listed.stdout
     monkeypatch.delenv("RNNLM_RESUME_DIR")
-    pruned = in_process(["-m", "rnnlm.study", "resume-files", "--dir", elsewhere, "--prune-older-than", "0"], root)
+    pruned = in_process(["-m", "rnnlm_study", "resume-files", "--dir", elsewhere, "--prune-older-than", "0"], root)
     assert "(removed)" in pruned.stdout and not resume.exists()
 
 
@@ -332,7 +332,7 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
     root = make_dvc_repo(tmp_path / "repo", CORPUS, slow_enough)
     params = root / "params.yaml"  # an edit of a tracked file left uncommitted: DVC queues it with the commit
     params.write_text(params.read_text().replace("max_new_tokens: 10", "max_new_tokens: 12"))
-    study = [sys.executable, "-m", "rnnlm.study", "run", "--models", "astra_alpha"]
+    study = [sys.executable, "-m", "rnnlm_study", "run", "--models", "astra_alpha"]
     try:
         queued = subprocess.run(study, cwd=root, env=_env(), capture_output=True, text=True)
         assert queued.returncode == 0, queued.stderr
@@ -376,7 +376,7 @@ def test_a_killed_queued_experiment_resumes_when_queued_again(tmp_path):
         assert f"resuming astra_alpha after epoch {reached}" in log or "resuming astra_alpha at step" in log, log
         assert "epoch 01/6 " not in log.split("resuming astra_alpha")[-1]  # no epoch trained twice
         assert not list(resume.iterdir())  # removed once the run's outputs were in place
-        collected = subprocess.run([sys.executable, "-m", "rnnlm.study", "collect"], cwd=root, env=_env(),
+        collected = subprocess.run([sys.executable, "-m", "rnnlm_study", "collect"], cwd=root, env=_env(),
                                    capture_output=True, text=True)
         assert "astra_alpha seed 1337: wrote" in collected.stdout, collected.stderr
         epochs = (root / "reports/study/astra_alpha/seed-1337/epochs.tsv").read_text().splitlines()

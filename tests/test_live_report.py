@@ -54,8 +54,8 @@ def test_the_signal_is_written_under_dvc_root_and_removed_at_the_end(tmp_path):
 
 
 def test_a_run_cut_off_leaves_its_last_figures_marked_and_collect_refuses_them(raw_params, tmp_path):
-    from rnnlm.study.folders import StudyFolderError, load_run
-    from tests.study_repo import write_run
+    from rnnlm_study.folders import StudyFolderError, load_run
+    from tests.study.study_repo import write_run
 
     params = tiny_params(raw_params, dropout=0.2)
     report = tmp_path / "repo/reports/train"

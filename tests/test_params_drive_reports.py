@@ -14,11 +14,11 @@ from rnnlm.data.corpus import character_vocabulary, split_corpus
 from rnnlm.evaluation.evaluate import evaluate, write_metrics, write_reset_curve
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.params import parse_params
-from rnnlm.study.judging import report as study_report
-from rnnlm.study.judging.figure import _reset_curve
+from rnnlm_study.judging import report as study_report
+from rnnlm_study.judging.figure import _reset_curve
 from rnnlm.reporting.generation_markdown import to_markdown
 from rnnlm.inference.generation_run import run_generations
-from tests.study_repo import study_in_git
+from tests.study.study_repo import study_in_git
 from tests.conftest import REPO_ROOT, synthetic_play
 
 RESET_EVERY = [1, 4, 16]

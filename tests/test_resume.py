@@ -138,7 +138,7 @@ def test_a_header_of_the_wrong_shape_is_refused_and_the_healthy_files_still_list
 
 def test_resume_files_of_a_folder_that_is_a_file_is_one_line(tmp_path, in_process):
     (tmp_path / "resume").write_text("")
-    done = in_process(["-m", "rnnlm.study", "resume-files", "--dir", str(tmp_path / "resume")], tmp_path)
+    done = in_process(["-m", "rnnlm_study", "resume-files", "--dir", str(tmp_path / "resume")], tmp_path)
     assert done.returncode == 1
     assert done.stderr == f"error: {tmp_path / 'resume'}: not a folder; expected the folder of resume files\n"
 

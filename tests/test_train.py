@@ -22,7 +22,7 @@ from rnnlm.training.train import train
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from rnnlm.compute import backend
 from rnnlm.reporting.training_report import training_summary
-from rnnlm.study.study_run import StudyRun
+from rnnlm_study.study_run import StudyRun
 from tests.conftest import synthetic_play, train_model
 
 TEXT = synthetic_play(12_000)

@@ -10,6 +10,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SRC = REPO_ROOT / "src"
 
+PACKAGES = ("rnnlm", "rnnlm_study")
+"""The packages under src/: the library, and the study beside it (which imports the library)."""
 REGISTRY = "rnnlm.models.cells"
 READS = {"rnnlm.compute.gemm_table": ("gemm_table.json",)}
 """Module -> the data files it reads from its own folder: what it computes changes with them."""
@@ -24,7 +26,7 @@ def module_file(name: str) -> Path | None:
 
 
 def _imported(path: Path, package: str, typing: bool = False) -> set[str]:
-    """The library modules `path` imports, at its top or inside its functions; those under
+    """The modules of src/ (library and study) that `path` imports, at its top or inside its functions; those under
     `if TYPE_CHECKING:`, which never run, only with `typing`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
@@ -42,7 +44,7 @@ def _imported(path: Path, package: str, typing: bool = False) -> set[str]:
                 base = ".".join([*parts, base] if base else parts)
             names.add(base)
             names |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
-    return {name for name in names if name.split(".")[0] == "rnnlm" and module_file(name)}
+    return {name for name in names if name.split(".")[0] in PACKAGES and module_file(name)}
 
 
 def compiled_files() -> set[Path]:
@@ -95,7 +97,7 @@ def _module_name(path: Path) -> tuple[str, str]:
 
 
 def module_graph() -> dict[str, set[str]]:
-    """Library module -> the library modules it imports (type-only imports included: a circle drawn
+    """Module of src/ (library or study) -> the modules of src/ it imports (type-only imports included: a circle drawn
     through them is still one a reader has to untangle)."""
     graph = {}
     for path in SRC.rglob("*.py"):
@@ -111,8 +113,9 @@ def import_cycles() -> list[list[str]]:
 
 
 def _package(module: str) -> str | None:
-    """The subpackage of rnnlm a module belongs to (rnnlm.models.cells.gru -> rnnlm.models), None
-    for the top-level modules (rnnlm.errors, rnnlm.params, ...)."""
+    """The subpackage a module belongs to (rnnlm.models.cells.gru -> rnnlm.models,
+    rnnlm_study.judging.stats -> rnnlm_study.judging), None for the top-level modules (rnnlm.errors,
+    rnnlm.params, rnnlm_study.cli, ...)."""
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 and (SRC / parts[0] / parts[1]).is_dir() else None
 

@@ -1,3 +1,0 @@
-"""The study across models and seeds: queue the runs (here or on a Slurm cluster), collect them into
-`reports/study/`, and report them with their intervals. `python -m rnnlm.study --help` lists the
-commands (`rnnlm.study.cli`)."""

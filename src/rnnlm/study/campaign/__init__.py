@@ -1,4 +1,0 @@
-"""Running the study's campaign: queue each (model, seed) as a DVC experiment or a Slurm array task,
-say where each stands, and collect each finished run into its folder of reports/study/ (checked,
-then swapped in). Judging the runs is `rnnlm.study.judging`'s; the run folders' layout and the
-registered rules, which both read, are `rnnlm.study.folders` and `rnnlm.study.registration` (with `registration_git`)."""

@@ -1,0 +1,1 @@
+"""The tests of rnnlm_study, the study beside the library."""

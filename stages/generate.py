@@ -13,7 +13,7 @@ from rnnlm.compute import threads
 from rnnlm.compute.device import device_for
 from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
-from rnnlm.inference.generation_run import run_generations
+from rnnlm.inference.generation import run_generations
 from rnnlm.stage_clock import StageClock
 
 

@@ -12,7 +12,7 @@ from rnnlm.data.corpus import split_corpus
 from rnnlm.evaluation.blocks import BLOCK_CHARS, block_sums, blocks_csv, read_blocks, token_starts
 from rnnlm.evaluation.evaluate import evaluate, first_epoch_scores, ngram_floor, predicted_chars, reset_curve
 from rnnlm.evaluation.scoring import streamed_token_nll, windowed_nll, windowed_total
-from rnnlm.inference.generation_run import run_generations
+from rnnlm.inference.generation import run_generations
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.params import parse_params
 from tests.conftest import synthetic_play

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rnnlm.models.checkpoint import load_checkpoint
 from rnnlm.inference.generation_record import read_generations
-from rnnlm.inference.generation_run import run_generations
+from rnnlm.inference.generation import run_generations
 from rnnlm.reporting.generation_markdown import to_markdown
 from tests.conftest import METRICS, SETTINGS
 

@@ -16,7 +16,6 @@ from rnnlm.compute import sources as units
 from rnnlm.errors import RnnlmError
 from rnnlm.compute.sources import HEADERS
 from rnnlm.models.cells import CELLS
-from rnnlm.models.cells.registry import FOLDER as CELLS_DIR
 from rnnlm.models.cells.base import loops_for
 from tests.conftest import REPO_ROOT
 
@@ -36,11 +35,11 @@ def test_cpu_tensors_get_each_cells_compiled_loops_and_a_cell_without_them_its_p
     spec = CELLS[name]
     assert backend.backend_for(torch.device("cpu")) == "cpp"
     if spec.python_loops is None:  # a cell without loops of its own: autograd runs it, on every device
-        assert not (CELLS_DIR / f"{name}.cpp").is_file() and spec.triton_loops is None
+        assert not units.cell_unit(name).is_file() and spec.triton_loops is None
         assert loops_for(spec, torch.zeros(1)) is None and backend.compiled_for(torch.device("cpu"), name) is None
         return
     compiled = build.compiled()
-    has_source = (CELLS_DIR / f"{name}.cpp").is_file()
+    has_source = units.cell_unit(name).is_file()
     assert backend.has_compiled_loops(compiled, name) == has_source  # the build found its .cpp by itself
     if has_source:
         loops = loops_for(spec, torch.zeros(1))
@@ -112,7 +111,7 @@ def test_every_registered_cell_is_a_source_of_the_one_unit_built_from_copies_at_
     assert one.is_relative_to(tmp_path) and one.name == f"{calls[0]['name']}.cpp"
     included = re.findall(r'^#include "(.+)"$', one.read_text(), flags=re.MULTILINE)
     assert included == [path.name for path in units.units()]
-    assert set(included) >= {path.name for path in CELLS_DIR.glob("*.cpp")}
+    assert set(included) >= {f"{name}.cpp" for name in ("gru", "lstm", "rnn")}
     for unit in units.units():
         assert (one.parent / unit.name).read_text() == unit.read_text()
     assert (one.parent / "kernels.h").read_text() == HEADERS[0].read_text()
@@ -372,21 +371,17 @@ def test_an_unknown_gemm_is_refused_by_the_compiled_module_which_keeps_its_choic
         assert (compiled.gemm(), compiled.one_row_gemm()) == before
 
 
-def test_a_source_added_after_the_build_or_under_a_taken_name_is_refused_in_one_line(monkeypatch, tmp_path):
-    """The cells' package adds its units when imported, before any build; one added later would be
-    missing from the module already built, so it is refused, naming the file."""
-    from rnnlm.compute import sources
-
-    monkeypatch.setattr(sources, "_frozen", True)
-    late = tmp_path / "late.cpp"
-    with pytest.raises(RuntimeError, match=r"late\.cpp: added to the compiled module after it was built"):
-        sources.add([late])
-    sources.add([path for path in sources.units() if path.parent == CELLS_DIR])  # already there: nothing added
-    with pytest.raises(RuntimeError, match=r"another C\+\+ source is named gru\.cpp"):
-        sources.add([tmp_path / "gru.cpp"])  # the build compiles every unit in one folder
-    assert late not in sources.units()
-    assert sources.units()[0].name == "kernels.cpp" and [p.name for p in sources.units()[-2:]] == [
-        "generation.cpp", "bindings.cpp"]
+def test_the_units_are_computes_own_files_and_each_cells_registers_that_cell():
+    """What the build compiles is the C++ folder of compute, in a fixed order: the shared kernels, the
+    cells' loops in name order, generation, the bindings. Nothing hands it sources: importing the
+    cells' package changes no unit. Each cell's unit `NAME.cpp` registers the loops of the cell NAME."""
+    assert [path.name for path in units.units()] == ["kernels.cpp", "gru.cpp", "lstm.cpp", "rnn.cpp", "generation.cpp",
+                                                     "bindings.cpp"]
+    assert all(path.parent == units.CPP for path in units.units())
+    for path in units.cell_units():
+        assert f'const RegisterCell registered("{path.stem}", ' in path.read_text(encoding="utf-8"), path.name
+    compiled = build.compiled()
+    assert [name for name in CELLS if backend.has_compiled_loops(compiled, name)] == [p.stem for p in units.cell_units()]
 
 
 def test_a_lock_left_by_a_killed_build_is_removed_and_a_live_one_is_waited_for(tmp_path):

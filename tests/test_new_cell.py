@@ -19,7 +19,7 @@ from rnnlm.inference.decoding import Decoding
 from rnnlm.inference.generation import generate, make_generator
 from rnnlm.models.checkpoint import load_checkpoint, save_checkpoint
 from rnnlm.params import parse_params
-from rnnlm.inference.generation_run import run_generations
+from rnnlm.inference.generation import run_generations
 from tests.conftest import synthetic_play, train_model
 from rnnlm.models.cells import CELLS
 from rnnlm.models.cells.contract import CellContractError

@@ -17,7 +17,7 @@ from rnnlm.params import parse_params
 from rnnlm_study.judging import report as study_report
 from rnnlm_study.judging.figure import _reset_curve
 from rnnlm.reporting.generation_markdown import to_markdown
-from rnnlm.inference.generation_run import run_generations
+from rnnlm.inference.generation import run_generations
 from tests.study.study_repo import study_in_git
 from tests.conftest import REPO_ROOT, synthetic_play
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 from tools.import_graph import compiled_files, import_cycles, library_files, module_file, module_graph, package_cycles
-from tools.stage_deps import (CELLS_DIR, DVC_YAML, FINGERPRINT, READ_NOT_RUN, cell_files, fingerprinted, library_cells,
+from tools.stage_deps import (CELL_UNITS_DIR, CELLS_DIR, DVC_YAML, FINGERPRINT, READ_NOT_RUN, cell_files, fingerprinted, library_cells,
                               rewritten, runs, script_of)
 
 STAGES = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
@@ -81,7 +81,7 @@ def test_every_library_dependency_exists(name):
 
 
 def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_folder():
-    """What `Registry.files` takes by its naming rule (NAME.py, NAME.cpp, NAME_triton.py, the shared
+    """What `Registry.files` takes by its naming rule (NAME.py, NAME_triton.py, compute's cpp/NAME.cpp, the shared
     files) against what a model of the cell runs: its module's imports (its Triton module's among them), the
     compiled code (the compiled module holds every cell's loops; a model calls its own cell's,
     registered under its name, and compute's shared kernels). No file of the folder escapes every cell's
@@ -92,11 +92,13 @@ def test_a_cells_fingerprint_holds_every_file_its_models_run_from_the_cells_fold
     for cell in library_cells():
         module = module_file(CELLS.module(cell))
         ran = {path for path in library_files(module, specs=False) if path.suffix == ".py"} | {module}
-        own_cpp = CELLS_DIR / f"{module.stem}.cpp"
+        own_cpp = CELL_UNITS_DIR / f"{module.stem}.cpp"
         ran |= {path for path in compiled if path == own_cpp}  # the shared kernels are compute's
-        expected = {path for path in ran if path.parent == CELLS_DIR} - {CELLS_DIR / "__init__.py"}
+        expected = {path for path in ran if path.parent == CELLS_DIR or path == own_cpp} - {CELLS_DIR / "__init__.py"}
         assert expected <= cell_files(cell), cell
     assert {path for path in CELLS_DIR.iterdir() if path.is_file()} <= fingerprinted()
+    cell_units = {path for path in compiled if path.parent == CELL_UNITS_DIR and path.stem in library_cells()}
+    assert len(cell_units) == 3 and cell_units <= fingerprinted()  # gru, lstm, rnn: each in its cell's
 
 
 def test_the_cell_stage_imports_no_cell_and_no_pytorch(tmp_path):

@@ -49,10 +49,8 @@ def _imported(path: Path, package: str, typing: bool = False) -> set[str]:
 
 def compiled_files() -> set[Path]:
     """The C++ files the compiled module is built from (its units and header), as files of this
-    checkout's src/, whichever copy of the package the import found. The cells' package adds its
-    units when imported: it is imported here first."""
+    checkout's src/, whichever copy of the package the import found."""
     import rnnlm
-    import rnnlm.models.cells  # noqa: F401 - adds the cells' units
     from rnnlm.compute import sources
 
     package = Path(rnnlm.__file__).parent

@@ -9,8 +9,9 @@ Out: per stage, its script, then the library files it can run, as folders where 
      of one (`src/rnnlm/compute`) and as files elsewhere, then its other deps (data, models, ...) as
      they were. Two rules the import graph does not see:
      - the model stages depend on `models/cell.json` (the `cell` stage's fingerprint of the selected
-       cell's files) instead of the cells' folder, so another cell's change leaves them as they are;
-     - the `cell` stage hashes the cells' folder without importing a cell, so it lists that folder.
+       cell's files) instead of the cells' files (their Python and their compiled loops, which the
+       compiled module holds for every cell), so another cell's change leaves them as they are;
+     - the `cell` stage hashes those files without importing a cell, so it lists their folders.
 Only the `      - ` lines of each `deps:` block change; comments and every other line stay.
 """
 
@@ -32,8 +33,11 @@ DVC_YAML = REPO_ROOT / "dvc.yaml"
 CELLS_DIR = SRC / "rnnlm/models/cells"
 FINGERPRINT = "models/cell.json"
 """The cell stage's output: the model stages' dependency on the selected cell's files."""
-READ_NOT_RUN = {"cell": ["src/rnnlm/models/cells"]}
-"""Folders a stage hashes without running them: the cell stage's fingerprint of every cell."""
+CELL_UNITS_DIR = SRC / "rnnlm/compute/cpp"
+"""Where the cells' compiled loops are (`rnnlm.compute.sources.cell_units`), beside compute's own C++."""
+READ_NOT_RUN = {"cell": ["src/rnnlm/models/cells", "src/rnnlm/compute/cpp"]}
+"""Folders a stage hashes without running them: the cell stage's fingerprint of every cell (its Python
+here, its compiled loops in compute's C++ folder)."""
 SOURCE_SUFFIXES = (".py", ".cpp", ".h", ".json")
 
 

@@ -9,9 +9,9 @@
   was chosen from (`gemm_table.json`);
 - `products`: the matrix products every model and cell calls, through that choice;
 - `sources` and `build`: the compiled C++ module, its translation units and its build; `cpp/` holds
-  compute's own C++ (the shared kernels and the cells' registry, generation, the Python bindings);
-  each cell's compiled loops stay beside its Python (`rnnlm/models/cells/NAME.cpp`), which its
-  package adds to the build.
+  all of its C++: the shared kernels and the cells' registry, each cell's compiled loops
+  (`cpp/NAME.cpp`, twin of `rnnlm/models/cells/NAME.py`), generation, the Python bindings. The
+  build compiles what this folder holds; nothing above hands it sources.
 
 Nothing here imports from the rest of the library but `rnnlm.errors`: models, cells, training and
 inference import compute, never the reverse.

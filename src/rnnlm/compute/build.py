@@ -2,8 +2,8 @@
 
 Its sources are `rnnlm.compute.sources`'s units, each written to compile on its own against one
 shared header, `cpp/kernels.h`: the shared kernels and the registry of cells (`cpp/kernels.cpp`),
-each cell's loops (`rnnlm/models/cells/NAME.cpp`, added by that package; each registers itself under
-its cell's name, and a cell without one runs its Python loops), generation (`cpp/generation.cpp`: a
+each cell's loops (`cpp/NAME.cpp`, for the cell NAME of `rnnlm.models.cells`; each registers itself
+under its cell's name, and a cell without one runs its Python loops), generation (`cpp/generation.cpp`: a
 whole model's advance, the choice of the next token and the generation loop, dispatching each layer to
 its cell through the registry) and the Python names (`cpp/bindings.cpp`). Nothing here imports model
 code. `compiled()` builds or loads them once per process; which loops run where is decided in
@@ -45,7 +45,7 @@ from types import ModuleType
 
 import torch
 
-from rnnlm.compute.sources import HEADERS, freeze
+from rnnlm.compute.sources import HEADERS, units as sources
 
 # The flags ATen compiles its own vectorised kernels with, per capability; "DEFAULT" is plain C++.
 _CAPABILITY_FLAGS = {
@@ -82,7 +82,7 @@ def build(one_unit: bool = True) -> ModuleType:
     from torch.utils import cpp_extension
 
     capability = _capability()
-    files = freeze()
+    files = sources()
     source = "\n".join(path.read_text(encoding="utf-8") for path in [*HEADERS, *files])
     cflags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
     # The build also depends on which PyTorch it compiles against (its headers' path is in the build
@@ -106,7 +106,7 @@ def build(one_unit: bool = True) -> ModuleType:
 
 def _staged(files: list[Path], name: str) -> list[Path]:
     """Copies of `files` in one folder under the extension cache named after the build (each unit
-    includes `kernels.h` by name, which this folder holds; `sources.add` keeps the names apart).
+    includes `kernels.h` by name, which this folder holds; the units' names differ, being files of one folder).
     Every copy of the repository then builds from the same paths: ninja sees nothing new and loads
     the library it built before."""
     root = _build_root() / f"{name}_sources"

@@ -21,7 +21,7 @@ every batch x sequence row (`benchmarks/thread_bits.py`), unless it runs in its 
 `rnnlm.compute.backend.strict_mkl()` asks for there before MKL's first call. So before a run
 changes its threads, `verify()` computes one training step's gradients of the real model and
 batch shape at one thread and at every core: where they differ in any bit, the run keeps its count
-for its whole life and says so. A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm.study
+for its whole life and says so. A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm_study
 run --jobs N` sets it for its workers), is kept too; such a process still joins, so that the others
 leave it its share.
 """

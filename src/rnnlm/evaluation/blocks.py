@@ -2,7 +2,7 @@
 
 Every interval over seeds treats the validation split as fixed; it is one tail of the corpus, and
 neighbouring characters are correlated, so a second text would move every figure a little. The
-blocks let the study resample the text too (`rnnlm.study` resamples seeds and blocks jointly).
+blocks let the study resample the text too (`rnnlm_study` resamples seeds and blocks jointly).
 
 In:  the characters each validation token spans (its decoded length), and per scorer each predicted
      token's loss in nats (tokens 1 .. n - 1, as `rnnlm.evaluation.scoring` gives them).

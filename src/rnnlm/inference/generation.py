@@ -13,11 +13,19 @@ Out: the new ids, (num_samples, max_new_tokens). Same seed, same ids on the CPU.
 Where the "cpp" backend runs, a recurrent model's loop after the prompt runs in C++ (`generation.cpp`,
 through `Advancer.compiled`); `generation_loop` here is its reference and what CUDA runs: the same
 ids (tested).
+
+The generate stage's samples, `run_generations`: every prompt of params `generate` with every
+strategy of the report (`report_decodings`) in both modes, each from the same seed, as a
+`GenerationRun` (`rnnlm.inference.generation_record`: model, checkpoint identity, settings,
+samples), saved as generations.json. Nothing in it changes from run to run, so the same checkpoint
+and settings give the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -25,8 +33,11 @@ from torch import Tensor
 from rnnlm.errors import RnnlmError
 from rnnlm.inference.decoding import Decoding, SamplingError, pick
 from rnnlm.inference.advancing import Advancer, make_advancer
+from rnnlm.inference.generation_record import GenerationRun, Sample
 from rnnlm.models.cells.base import to_lists
-from rnnlm.models.kinds import LanguageModel
+from rnnlm.models.checkpoint import Checkpoint
+from rnnlm.models.kinds import LanguageModel, count_parameters
+from rnnlm.params import GenerateParams, as_dict
 
 MODES = ("stateless", "stateful")
 
@@ -112,3 +123,41 @@ def generation_loop(advance, logits: Tensor, state, *, stateful: bool, decoding:
     if not picked:
         return torch.empty(logits.shape[0], 0, dtype=torch.long, device=logits.device)
     return torch.stack(picked, dim=1)  # (N, max_new_tokens)
+
+
+def report_decodings(settings: GenerateParams) -> dict[str, Decoding]:
+    """The strategies of the report, by name, with params' settings."""
+    return {
+        "greedy": Decoding("greedy"),
+        "temperature": Decoding("temperature", temperature=settings.temperature),
+        "top_k": Decoding("top_k", temperature=settings.top_k_temperature, top_k=settings.top_k),
+        "top_p": Decoding("top_p", temperature=settings.top_p_temperature, top_p=settings.top_p),
+    }
+
+
+def run_generations(checkpoint: Checkpoint, checkpoint_path: str | Path, settings: GenerateParams, seed: int,
+                    device: str | torch.device = "cpu") -> GenerationRun:
+    """Sample every prompt with every strategy in both modes, on `device`, each from `seed` (a
+    generator on that device: CUDA draws other numbers than the CPU from the same seed)."""
+    model = checkpoint.build_model(device)
+    tokenizer = checkpoint.tokenizer()
+    run = GenerationRun(
+        model=checkpoint.model_name,
+        checkpoint={
+            "path": str(checkpoint_path),
+            "sha256": hashlib.sha256(Path(checkpoint_path).read_bytes()).hexdigest(),
+            "steps": checkpoint.step,
+            "parameters": count_parameters(model),
+            "tokens": tokenizer.kind,
+        },
+        settings={**as_dict(settings), "seed": seed},
+    )
+    for prompt in settings.prompts:
+        prompt_ids = tokenizer.encode(prompt)
+        for strategy, decoding in report_decodings(settings).items():
+            for mode in MODES:
+                new = generate(model, prompt_ids, mode=mode, decoding=decoding, max_new_tokens=settings.max_new_tokens,
+                               generator=make_generator(seed, device))
+                text = tokenizer.decode(prompt_ids + new[0].tolist())
+                run.samples.append(Sample(prompt, strategy, decoding.describe(), mode, text, new.shape[1]))
+    return run

@@ -1,6 +1,6 @@
 """The generation report: the same checkpoint sampled stateless and stateful, side by side.
 
-In:  a `GenerationRun` (rnnlm.inference.generation_run) and the evaluate stage's metrics.
+In:  a `GenerationRun` (rnnlm.inference.generation) and the evaluate stage's metrics.
 Out: `generations.md` for people: the measures first, then for each prompt and strategy an HTML
 table with the stateless and the stateful text next to each other, which GitHub renders with the
 text's line breaks intact.

@@ -13,7 +13,7 @@ A resume file is one header line and a PyTorch archive:
 The header's sha256 covers the rest of the header (the run's key, model, seed, epoch, ...) and the
 archive together, so a file damaged on disk, or one whose header was edited to pass for another run,
 is refused (with a note, and the run starts afresh) instead of resumed from; the header is what
-`python -m rnnlm.study resume-files` lists without reading tensors (after checking the checksum, so a
+`python -m rnnlm_study resume-files` lists without reading tensors (after checking the checksum, so a
 forged header is never listed as a run's progress). Files of format 1 (the checksum
 over the archive alone, so a header re-keyed to another run still passed) are refused. `check_payload`
 then holds the archive to the run that resumes it: the same weights and optimizer entries of the same
@@ -26,7 +26,7 @@ repository. A queued DVC experiment runs in a temporary copy of the repository u
 lost with it, so it goes to `<repo>/.resume/` instead, where the re-queued run finds it.
 
 PyTorch is imported by the functions that save, load and check an archive, not with the module: the
-folder, the headers and their listing need none of it, so `python -m rnnlm.study status` and
+folder, the headers and their listing need none of it, so `python -m rnnlm_study status` and
 `resume-files` start without PyTorch's seconds of import.
 """
 

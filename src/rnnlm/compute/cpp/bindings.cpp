@@ -1,4 +1,4 @@
-// The Python module of the compiled code: every registered cell's loops (models/cells/*.cpp) and the
+// The Python module of the compiled code: every registered cell's loops (NAME.cpp beside this file) and the
 // generation loop (compute/cpp/generation.cpp).
 
 #include "kernels.h"

@@ -1,4 +1,4 @@
-// What the cells' compiled loops share (rnnlm/models/cells/gru.cpp, lstm.cpp, rnn.cpp, and
+// What the cells' compiled loops share (gru.cpp, lstm.cpp, rnn.cpp and
 // generation.cpp beside this file): vectorised row helpers, the hidden-side product, and the registry
 // through which each cell's file makes its loops known by name.
 //

@@ -3,11 +3,10 @@
 Adding a cell means adding its module beside these (`NAME.py` with its cell's `recur`, its layer and
 its `SPEC`; `mgu.py` is the smallest), a three-line function below that imports its `SPEC`, and one
 entry in `CELLS`. Loops of its own are optional (Python loops
-with an autograd Function in `NAME.py`, compiled ones in `NAME.cpp`, which this package adds to the
-compiled module's sources below and which registers them under the same name, Triton ones in
-`NAME_triton.py`, named in its `SPEC`):
-without them autograd runs its `recur`. params.yaml's `cell:` choices, the model's layers, the
-sampling advanceper and the tests all read `CELLS`.
+with an autograd Function in `NAME.py`; Triton ones in `NAME_triton.py`, named in its `SPEC`;
+compiled ones in compute's `cpp/NAME.cpp`, which the C++ build compiles with compute's own units and
+which registers them in C++ under the same name): without them autograd runs its `recur`.
+params.yaml's `cell:` choices, the model's layers, the sampling advancer and the tests all read `CELLS`.
 
 The registry (`registry.Registry`) holds a function per cell that imports its module rather than the
 module itself: the cells' names are known without PyTorch, so that the stages that only read
@@ -24,8 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rnnlm.compute import sources
-from rnnlm.models.cells.registry import FOLDER, Registry
+from rnnlm.models.cells.registry import Registry
 
 if TYPE_CHECKING:
     from rnnlm.models.cells.base import CellSpec
@@ -63,5 +61,3 @@ CELLS = Registry({
     "mgu": _mgu,
     "indrnn": _indrnn,
 })
-
-sources.add(sorted(FOLDER.glob("*.cpp")))  # each cell's compiled loops, built into compute's module

@@ -4,7 +4,7 @@ entry (its advance by one token for sampling: `layer_advance.py`).
 
 A cell is its maths, `Cell.recur` (one time step from the input-side pre-activations), in a module of
 this folder with its layer and its `CellSpec` (`mgu.py`: nothing else). A cell may add loops as the
-optimisation (`gru.py` + `gru.cpp` + `gru_triton.py`, and the same for `lstm` and `rnn`): `Loops`
+optimisation (`gru.py` + `gru_triton.py` + compute's `cpp/gru.cpp`, and the same for `lstm` and `rnn`): `Loops`
 in Python with a `torch.autograd.Function` that assembles the weight gradients, the same loops
 compiled in C++, and with the elementwise work fused into Triton kernels for CUDA. `rnnlm.models.cells.CELLS` registers the specs; everything else (params'
 `cell` choices, the model's layer table, the advancer, the C++ build, the tests) derives from it.
@@ -287,8 +287,8 @@ class Loops(NamedTuple):
 class CellSpec:
     """A cell's registry entry: its name in params.yaml (`cell:`) and its layer; for a cell with loops
     of its own, its sampling advance's weight layout, its Python loops (the reference of its compiled and
-    Triton loops) and the function that hands compute its Triton loops. Its compiled loops, if any, come from its `.cpp`
-    file beside it, which the C++ build finds and which registers them under `name` (`rnnlm.compute.build`).
+    Triton loops) and the function that hands compute its Triton loops. Its compiled loops, if any, are
+    compute's `cpp/NAME.cpp` (`rnnlm.compute.sources`), which registers them under `name` in the C++.
     A cell without loops (`python_loops` None) runs its `recur` through autograd everywhere."""
 
     name: str

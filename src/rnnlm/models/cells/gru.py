@@ -1,6 +1,6 @@
 """The study's GRU, one slice: readable cell, Python loops, gradient assembly, layer, sampling advance.
 
-Its compiled loops are in `gru.cpp` and its Triton loops in `gru_triton.py`, beside this file; tests
+Its compiled loops are compute's `cpp/gru.cpp`, its Triton loops `gru_triton.py` beside this file; tests
 hold all three to `GRUCell.advance` in float64 (see `base` for what the loops do and why).
 
 The study's reset gate scales h *before* its matrix (PyTorch's GRU scales the product instead), so a

@@ -1,5 +1,5 @@
 """The LSTM (Leviathan's cell), one slice: readable cell, Python loops, gradient assembly, layer,
-sampling advance. Compiled loops in `lstm.cpp`, Triton loops in `lstm_triton.py`; tests hold all three
+sampling advance. Compiled loops in compute's `cpp/lstm.cpp`, Triton loops in `lstm_triton.py`; tests hold all three
 to `LSTMCell.advance` in float64 (see `base` for what the loops do and why).
 
 Its state has two entries, (h, c). Gate order in the fused matrices: i, f, o, g.

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnlm.compute import sources
+
 if TYPE_CHECKING:
     from rnnlm.models.cells.base import CellSpec
 
@@ -52,15 +54,15 @@ class Registry(MutableMapping[str, "CellSpec"]):
         return self._modules[name]
 
     def files(self, name: str) -> list[Path]:
-        """The files of this folder that a model of cell `name` runs: its module `NAME.py`, its
-        compiled loops `NAME.cpp` and its Triton loops `NAME_triton.py` where it has them, and the
-        shared ones (`SHARED`). Other cells' files are not among them. ValueError for a cell whose
+        """The files that a model of cell `name` runs: its module `NAME.py` and its Triton loops
+        `NAME_triton.py` in this folder, its compiled loops in compute's (`rnnlm.compute.sources.cell_unit`)
+        where it has them, and the shared ones of this folder (`SHARED`). Other cells' files are not among them. ValueError for a cell whose
         module lives elsewhere (one registered at run time, as the tests do)."""
         module = self._modules[name]
         if module.rpartition(".")[0] != PACKAGE:
             raise ValueError(f"cell {name!r} is defined in {module}, outside {PACKAGE}: it has no files here")
         stem = module.rpartition(".")[2]
-        own = [FOLDER / f"{stem}.py", FOLDER / f"{stem}.cpp", FOLDER / f"{stem}_triton.py"]
+        own = [FOLDER / f"{stem}.py", sources.cell_unit(stem), FOLDER / f"{stem}_triton.py"]
         return sorted(path for path in (*own, *(FOLDER / shared for shared in SHARED)) if path.exists())
 
     def fingerprint(self, name: str) -> dict[str, object]:

@@ -1,5 +1,5 @@
 """The plain (Elman) tanh RNN, the recurrent baseline, one slice: readable cell, Python loops,
-gradient assembly, layer. Compiled loops in `rnn.cpp`, Triton loops in `rnn_triton.py`; tests hold
+gradient assembly, layer. Compiled loops in compute's `cpp/rnn.cpp`, Triton loops in `rnn_triton.py`; tests hold
 all three to `RNNCell.advance` in float64 (see `base` for what the loops do and why).
 """
 

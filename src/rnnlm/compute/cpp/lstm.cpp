@@ -1,8 +1,8 @@
 // The LSTM's loops for CPU tensors: the scan's forward and backward and the advance by one token of
-// lstm.py (its Python twin, with the same inputs, outputs and maths), registered as "lstm".
+// rnnlm/models/cells/lstm.py (its Python twin, with the same inputs, outputs and maths), registered as "lstm".
 // Gate order in a row: i, f, o, g. The state has two entries, h and c.
 
-#include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
+#include "kernels.h"
 
 namespace rnnlm::cells::lstm {
 namespace {

@@ -1,8 +1,8 @@
 // The GRU's loops for CPU tensors: the scan's forward and backward and the advance by one token of
-// gru.py (its Python twin, with the same inputs, outputs and maths), registered as "gru".
+// rnnlm/models/cells/gru.py (its Python twin, with the same inputs, outputs and maths), registered as "gru".
 // Gate order in a row: r, z, n (the candidate).
 
-#include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
+#include "kernels.h"
 
 namespace rnnlm::cells::gru {
 namespace {

@@ -1,7 +1,7 @@
 // The tanh RNN's loops for CPU tensors: the scan's forward and backward and the advance by one token of
-// rnn.py (its Python twin, with the same inputs, outputs and maths), registered as "rnn".
+// rnnlm/models/cells/rnn.py (its Python twin, with the same inputs, outputs and maths), registered as "rnn".
 
-#include "kernels.h"  // rnnlm/compute/cpp/kernels.h: the build compiles every unit in one folder
+#include "kernels.h"
 
 namespace rnnlm::cells::rnn {
 namespace {

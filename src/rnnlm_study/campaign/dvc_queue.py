@@ -10,7 +10,7 @@ Polling that command makes it likely. (Queuing a run beside a busy worker writes
 way, once per run queued.) DVC's worker asks itself too: its monitor thread (dvc-task's
 `TemporaryWorker.monitor`) inspects it every 10 s to learn whether the queue is empty, so a worker
 can stop with nothing else writing, and one busy with the queue's only run can find the queue empty
-and be told to shut down after it (what the study's runs met: docs/study-runs.md). That we cannot
+and be told to shut down after it (what the study's runs met: docs/study-log.md). That we cannot
 prevent from outside DVC; a worker whose log says it will take no further run counts as
 stopped (`WORKER_STOPPED`), `status` says when queued runs have no worker to take them, and
 `run --wait` starts one.

@@ -295,7 +295,7 @@ SETTINGS = GenerateParams(prompts=("ROMEO: ", "KING: ", "FIRST CITIZEN: "), max_
 METRICS = {  # a metrics.json as the evaluate stage writes it
     "val_chars": 1000, "val_tokens": 999, "stateful_bpc": 2.39, "stateless_bpc": 3.76, "bigram_bpc": 3.59,
     "stateless_minus_bigram_bpc": 0.17,
-    "context_targets": 2000, "context_carried_bpc": 2.40, "context_horizon": 16, "context_horizon_range": [8, 32],
+    "context_targets": 2000, "context_stateful_bpc": 2.40, "context_horizon": 16, "context_horizon_range": [8, 32],
     "context_horizon_tolerance": 0.01, "context_curve_bpc": {"1": 3.70, "16": 2.41, "64": 2.40},
     "context_curve_se_bpc": {"1": 0.05, "16": 0.001, "64": 0.0}, "context_curve_chars": {"1": 1.0, "16": 16.0, "64": 64.0},
     "reset_curve_bpc": {"1": 3.76, "128": 2.41, "never": 2.39},

@@ -1,4 +1,4 @@
-"""The context curve: targets predicted from exactly c tokens, against the carried state."""
+"""The context curve: targets predicted from exactly c tokens, against the stateful pass."""
 
 from __future__ import annotations
 
@@ -86,9 +86,9 @@ def test_a_fixed_window_model_has_a_horizon_of_exactly_its_window():
     carried = streamed_token_nll(model, IDS)
     curve = context_curve(model, IDS, carried, torch.ones(12), list(range(1, 13)), 300, seed=0, tolerance=1e-9)
     assert curve.horizon() == 8
-    assert curve.bpc[6] != pytest.approx(curve.carried_bpc, rel=1e-6)  # 7 tokens leave one place to padding
+    assert curve.bpc[6] != pytest.approx(curve.stateful_bpc, rel=1e-6)  # 7 tokens leave one place to padding
     for i in range(7, 12):  # from 8 on, exactly the carried losses
-        assert curve.bpc[i] == pytest.approx(curve.carried_bpc, rel=1e-12) and curve.se_bpc[i] < 1e-12
+        assert curve.bpc[i] == pytest.approx(curve.stateful_bpc, rel=1e-12) and curve.se_bpc[i] < 1e-12
 
 
 def test_bits_per_character_count_the_characters_of_the_targets():
@@ -100,12 +100,12 @@ def test_bits_per_character_count_the_characters_of_the_targets():
     curve = context_curve(model, IDS, streamed_token_nll(model, IDS), token_chars, [4, 2, 2], 50, 0, 0.01)
     assert curve.lengths == [2, 4] and curve.targets == 50
     assert curve.bpc == pytest.approx([math.log(12) / 3 / math.log(2)] * 2)
-    assert curve.carried_bpc == pytest.approx(curve.bpc[0]) and curve.mean_chars == [6.0, 12.0]
+    assert curve.stateful_bpc == pytest.approx(curve.bpc[0]) and curve.mean_chars == [6.0, 12.0]
 
 
 def test_horizon_and_its_range_from_the_standard_errors():
     curve = ContextCurve(lengths=[1, 8, 64, 512], bpc=[3.0, 2.05, 2.019, 2.0], se_bpc=[0.1, 0.05, 0.01, 0.0],
-                         mean_chars=[1, 8, 64, 512], carried_bpc=2.0, targets=100, tolerance=0.01)
+                         mean_chars=[1, 8, 64, 512], stateful_bpc=2.0, targets=100, tolerance=0.01)
     assert curve.horizon() == 64
     assert curve.horizon(-2.0) == 8 and curve.horizon(2.0) == 512
     assert curve.as_metrics()["context_horizon_range"] == [8, 512]

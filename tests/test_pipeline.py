@@ -141,7 +141,7 @@ def test_generate_evaluate_and_report(train_repo):
     assert set(first) == {"stateful_bpc", "stateless_bpc"} and all(math.isfinite(v) for v in first.values())
     assert first["stateful_bpc"] != metrics["stateful_bpc"] and first["stateless_bpc"] != metrics["stateless_bpc"]
     context = (train_repo / "reports/plots/context_curve.csv").read_text().splitlines()
-    assert context[0] == "c,context_c_bpc,carried_state_bpc,standard_error_bpc,context_chars" and len(context) == 5
+    assert context[0] == "c,context_c_bpc,stateful_bpc,standard_error_bpc,context_chars" and len(context) == 5
     blocks = read_blocks((train_repo / "reports/validation_blocks.csv").read_text())
     assert sum(blocks.tokens) == metrics["val_tokens"] and sum(blocks.chars) == metrics["val_chars"]
     assert set(blocks.nats) == {"stateful", "stateless", "bigram", "first_epoch_stateful", "first_epoch_stateless"}

@@ -30,9 +30,9 @@ def test_measures_come_first_as_tables():
     assert "| stateful: the state is never reset | 2.390 |" in text
     assert "| stateless: the state is reset before every token | 3.760 |" in text
     assert "| k | 1 | 128 | never |" in text and "| bits per character | 3.760 | 2.410 | 2.390 |" in text
-    assert ("Context horizon, the smallest c within 1% of the carried state: 16 tokens (from 8 tokens to 32 "
+    assert ("Context horizon, the smallest c within 1% of the stateful pass: 16 tokens (from 8 tokens to 32 "
             "tokens within two standard errors)") in text
-    assert "| c (tokens of context) | 1 | 16 | 64 |" in text and "| over the carried state | +54.2% | +0.4% | +0.0% |" in text
+    assert "| c (tokens of context) | 1 | 16 | 64 |" in text and "| over the stateful pass | +54.2% | +0.4% | +0.0% |" in text
     assert "horizon" not in text.split("State reset every k tokens")[1].split("| k |")[0]
     assert "| lines in the `NAME:` speaker form | – | – | – |" in text
     assert "after epoch 1" not in text  # a checkpoint without epoch 1's weights

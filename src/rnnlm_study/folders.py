@@ -129,11 +129,23 @@ def _check(run: StudyRun) -> None:
                                "(collect the run again)")
 
 
+RENAMED_METRICS = {"context_carried_bpc": "context_stateful_bpc"}
+"""The evaluate stage's metrics renamed since runs were collected, old name -> today's: a folder keeps
+the names its run wrote, and is read under today's."""
+
+
+def _metrics(text: str) -> Any:
+    """metrics.json, each renamed key under its name of today (`RENAMED_METRICS`), in its place; what
+    is not an object stays as it is, for the folder's checks to name."""
+    metrics = json.loads(text)
+    return {RENAMED_METRICS.get(key, key): value for key, value in metrics.items()} if isinstance(metrics, dict) else metrics
+
+
 def load_run(folder: Path, model: str, seed: int | None, quick: bool) -> StudyRun:
     """The run in `folder`, checked (`seed` None for a quick run: read from its params)."""
     params = _read(folder / "params.yaml", parse_yaml)
     run = StudyRun(model, int(params.get("seed", 0)) if seed is None else seed, folder, quick, params,
-                   _read(folder / "train_metrics.json", json.loads), _read(folder / "metrics.json", json.loads),
+                   _read(folder / "train_metrics.json", json.loads), _read(folder / "metrics.json", _metrics),
                    _read(folder / "provenance.json", json.loads), tuple(_read(folder / "epochs.tsv", _epoch_rows)))
     if (folder / "validation_blocks.csv").is_file():
         run = replace(run, blocks=_read(folder / "validation_blocks.csv", _blocks))

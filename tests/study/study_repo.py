@@ -31,7 +31,7 @@ def run_metrics(model: str, stateful: float, first_epoch: float | None = None) -
     kept = {} if first_epoch is None else {"first_epoch": {"stateful_bpc": first_epoch, "stateless_bpc": FIRST_EPOCH_STATELESS}}
     return {**kept, "model": model, "tokens": "char", "val_chars": VAL_CHARS, "val_tokens": VAL_CHARS,
             "stateful_bpc": stateful, "stateless_bpc": 3.75, "bigram_bpc": 3.59,
-            "context_horizon": 8, "context_carried_bpc": 2.4, "context_curve_bpc": {"1": 3.6, "8": 2.41},
+            "context_horizon": 8, "context_stateful_bpc": 2.4, "context_curve_bpc": {"1": 3.6, "8": 2.41},
             "reset_curve_bpc": {"1": 3.75, "4": 3.0, "never": stateful},
             "text": {"stateless": {"known_word_share": 0.4, "repeated_4gram_share": 0.2},
                      "stateful": {"known_word_share": 0.8, "repeated_4gram_share": 0.1}}}

@@ -269,6 +269,24 @@ def test_a_params_entry_that_cannot_be_the_trained_model_is_refused(tmp_path):
         load_run(folder, "astra_alpha", 1, quick=False)
 
 
+def test_a_metric_renamed_since_a_folder_was_collected_is_read_under_its_name_of_today(tmp_path):
+    """The committed folders keep the names their runs wrote (context_carried_bpc, before the
+    stateful level of the context curve got its name); reading one gives today's name, in place,
+    and the figure's context panel reads it."""
+    from rnnlm_study.folders import RENAMED_METRICS, load_run
+    from rnnlm_study.judging.figure import _context_excess
+
+    folder = tmp_path / "astra_alpha/seed-1"
+    shutil.copytree(REPO_ROOT / "reports/study/astra_alpha/seed-1", folder)
+    written = json.loads((folder / "metrics.json").read_text())
+    assert "context_carried_bpc" in written and "context_stateful_bpc" not in written
+    run = load_run(folder, "astra_alpha", 1, quick=False)
+    assert list(run.metrics) == [RENAMED_METRICS.get(key, key) for key in written]
+    assert run.metrics["context_stateful_bpc"] == written["context_carried_bpc"]
+    excess = _context_excess(run)
+    assert len(excess) == len(written["context_curve_bpc"]) and excess["1"] > 0
+
+
 def test_the_figure_draws_a_carried_model_dashed_in_its_twins_colour():
     """Eleven models (the study's nine, two carried twins) on ten colours would give the eleventh the
     first one's: each reset model keeps a colour of its own, a carried one takes its twin's, dashed."""

@@ -169,7 +169,7 @@ token) with fewer multiply-adds runs on the calling thread, not the thread pool:
 sampling at batch 1 of the small models, the scans of small batches. Below it a parallel region costs
 more than it saves (where the pool starts to pay on a machine: `benchmarks/two_processes.py
 --crossover`, reports/speed/two-processes-*.md), and where another process holds the other core, each
-region waits for a thread that is not running (docs/study-runs.md). The thread count changes the last bits of a product's sum
+region waits for a thread that is not running (docs/study-log.md). The thread count changes the last bits of a product's sum
 for some shapes, so this rule, like the GEMM's, depends on shapes alone: a run repeats itself bit for
 bit. The one place this number lives; the compiled code receives it with the GEMM choice."""
 

@@ -1,7 +1,7 @@
 """The machine's cores shared among the rnnlm processes running on it, without changing a result.
 
 Two runs that each compute on every core stall each other: PyTorch's OpenMP threads wait at every
-barrier for peers that are not running (docs/study-runs.md has the measurements). So a computing
+barrier for peers that are not running (docs/study-log.md has the measurements). So a computing
 stage joins the share (`join()`): it leaves a file named by its process id in one folder for the whole
 machine (`share_folder`: every user's and every TMPDIR's rnnlm processes; a run that looked in
 $TMPDIR missed a Slurm job's or another user's and lost up to 95% of its speed beside one), and

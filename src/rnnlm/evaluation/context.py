@@ -1,15 +1,15 @@
 """How much context a model uses, measured on fixed targets (the method of Khandelwal et al., 2018,
 "Sharp Nearby, Fuzzy Far Away: How Neural Language Models Use Context").
 
-In:  a model, the validation ids, each predicted token's loss with the state carried through the
-     whole split (`scoring.streamed_token_nll`), the context lengths c, how many targets, a seed.
+In:  a model, the validation ids, each predicted token's loss in the stateful pass (the state carried
+     through the whole split: `scoring.streamed_token_nll`), the context lengths c, how many targets, a seed.
 Out: a `ContextCurve`: for each c, the bits per character of the targets when each is predicted
      from exactly c preceding tokens starting from a zero state, with a paired standard error
-     against the carried state on the same targets; and the horizon read off it.
+     against the stateful pass on the same targets; and the horizon read off it.
 
 Why not the reset curve: resetting every k tokens makes every window pay a warm-up (its first
 tokens see almost no context), so its distance to never resetting shrinks like 1/k whatever the
-model remembers. Here every target sees the same c tokens, so the curve reaches the carried level
+model remembers. Here every target sees the same c tokens, so the curve reaches the stateful level
 exactly where the model stops using more context (a fixed window of w tokens reaches it at c = w).
 
 The targets are a seeded sample (without replacement) of the positions that have at least
@@ -41,26 +41,26 @@ class ContextError(RnnlmError):
 
 @dataclass(frozen=True)
 class ContextCurve:
-    """Bits per character of the same targets for each context length c, and carried."""
+    """Bits per character of the same targets for each context length c, and in the stateful pass."""
 
     lengths: list[int]
     bpc: list[float]  # per c: the targets' bits per character from exactly c tokens of context
-    se_bpc: list[float]  # per c: the paired standard error of bpc[c] - carried_bpc over targets
+    se_bpc: list[float]  # per c: the paired standard error of bpc[c] - stateful_bpc over targets
     mean_chars: list[float]  # per c: characters spanned by the c tokens of context, on average
-    carried_bpc: float
+    stateful_bpc: float  # the targets' bits per character with the state carried through the split
     targets: int
     tolerance: float
 
     def excess(self, i: int) -> float:
-        """bpc[i] over the carried level, relative."""
-        return self.bpc[i] / self.carried_bpc - 1
+        """bpc[i] over the stateful level, relative."""
+        return self.bpc[i] / self.stateful_bpc - 1
 
     def horizon(self, shift: float = 0.0) -> int | None:
-        """The smallest c whose distance to the carried state (relative, either side), moved by `shift`
+        """The smallest c whose distance to the stateful level (relative, either side), moved by `shift`
         standard errors, is within the tolerance; None if no c is. shift = 0: the horizon; -2 and +2:
         the ends of its range."""
         for i, c in enumerate(self.lengths):
-            if abs(self.excess(i)) + shift * self.se_bpc[i] / self.carried_bpc <= self.tolerance:
+            if abs(self.excess(i)) + shift * self.se_bpc[i] / self.stateful_bpc <= self.tolerance:
                 return c
         return None
 
@@ -68,7 +68,7 @@ class ContextCurve:
         """The stable keys of reports/metrics.json."""
         return {
             "context_targets": self.targets,
-            "context_carried_bpc": self.carried_bpc,
+            "context_stateful_bpc": self.stateful_bpc,
             "context_curve_bpc": {str(c): v for c, v in zip(self.lengths, self.bpc)},
             "context_curve_se_bpc": {str(c): v for c, v in zip(self.lengths, self.se_bpc)},
             "context_curve_chars": {str(c): v for c, v in zip(self.lengths, self.mean_chars)},
@@ -126,26 +126,26 @@ def context_nll(model: LanguageModel, ids: Tensor, positions: Tensor, c: int, ba
     return torch.cat(losses)
 
 
-def context_curve(model: LanguageModel, ids: Tensor, carried_nll: Tensor, token_chars: Tensor, lengths: list[int],
+def context_curve(model: LanguageModel, ids: Tensor, stateful_nll: Tensor, token_chars: Tensor, lengths: list[int],
                   targets: int, seed: int, tolerance: float) -> ContextCurve:
     """The curve for `lengths` on `targets` seeded targets of `ids` (CPU int64). Lengths that leave no
     target in a split this short are left out (the curve's `lengths` says which were measured); a
     ContextError if none is left.
 
-    carried_nll (len(ids) - 1,): each token's loss with the state carried, position t - 1 for ids[t];
+    stateful_nll (len(ids) - 1,): each token's loss in the stateful pass, position t - 1 for ids[t];
     token_chars (V,): the characters each token id stands for.
     """
     lengths = sorted({c for c in lengths if c < ids.numel()}) or sorted(set(lengths))[:1]
     positions = target_positions(ids.numel(), lengths[-1], targets, seed)
     per_c = torch.stack([context_nll(model, ids, positions, c) for c in lengths]).double()  # (C, N)
-    carried = carried_nll[positions - 1].double()  # (N,), paired with per_c's columns
+    stateful = stateful_nll[positions - 1].double()  # (N,), paired with per_c's columns
     n = positions.numel()
     # The standard error of a sum of n paired differences: sqrt(n) times their standard deviation.
-    se_nats = (per_c - carried).std(dim=1, correction=1) * math.sqrt(n) if n > 1 else torch.zeros_like(per_c[:, 0])
-    nats = torch.cat([per_c.sum(1), se_nats, carried.sum()[None]]).tolist()  # the one read from the device
+    se_nats = (per_c - stateful).std(dim=1, correction=1) * math.sqrt(n) if n > 1 else torch.zeros_like(per_c[:, 0])
+    nats = torch.cat([per_c.sum(1), se_nats, stateful.sum()[None]]).tolist()  # the one read from the device
     total_chars = float(token_chars[ids[positions]].sum())
     spans = [float(token_chars[ids[positions[:, None] + torch.arange(-c, 0)]].sum(1).double().mean()) for c in lengths]
     bits = 1 / (total_chars * math.log(2))
     C = len(lengths)
     return ContextCurve(lengths=lengths, bpc=[v * bits for v in nats[:C]], se_bpc=[v * bits for v in nats[C : 2 * C]],
-                        mean_chars=spans, carried_bpc=nats[-1] * bits, targets=n, tolerance=tolerance)
+                        mean_chars=spans, stateful_bpc=nats[-1] * bits, targets=n, tolerance=tolerance)

@@ -12,7 +12,7 @@ characters, `rnnlm.evaluation.blocks`).
   It measures what resetting costs, not how much context the model uses (every window pays a
   warm-up, so its distance to never resetting shrinks like 1/k whatever the model remembers).
 - The context curve and its horizon (see rnnlm.evaluation.context): seeded validation targets each predicted
-  from exactly c tokens, against the carried state on the same targets; the horizon is the
+  from exactly c tokens, against the stateful pass on the same targets; the horizon is the
   smallest c within `horizon_tolerance` of it: how much context the model actually uses.
 - The n-gram floor: count models of orders 1 to `ngram_max_order` on the same tokens, fit on the
   training split (see rnnlm.evaluation.ngram for the smoothing). A stateless model sees one token, as a
@@ -70,22 +70,22 @@ def predicted_chars(tokenizer: Tokenizer, text: str, ids: list[int]) -> int:
     return len(text) - len(tokenizer.decode(ids[:1]))
 
 
-def reset_curve_totals(model, ids: torch.Tensor, ks: list[int], carried_nll: torch.Tensor,
+def reset_curve_totals(model, ids: torch.Tensor, ks: list[int], stateful_nll: torch.Tensor,
                        stateless_nll: torch.Tensor | None = None) -> torch.Tensor:
     """Total nats (float64, on the model's device, not read back) with the state reset every k
     tokens for each k of `ks` (ascending, without repeats), then with it never reset (the sum of
-    carried_nll, each token's loss with the state carried: `streamed_token_nll`). `stateless_nll`
+    stateful_nll, each token's loss in the stateful pass: `streamed_token_nll`). `stateless_nll`
     ((n - 1,) on the device), when given, receives each token's loss at k = 1."""
     return torch.stack([*(windowed_total(model, ids, k, token_nll=stateless_nll if k == 1 else None) for k in ks),
-                        carried_nll.double().sum()])
+                        stateful_nll.double().sum()])
 
 
-def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int, carried_nll: torch.Tensor,
+def reset_curve(model, ids: torch.Tensor, ks: list[int], chars: int, stateful_nll: torch.Tensor,
                 stateless_nll: torch.Tensor | None = None) -> list[ResetPoint]:
     """Scores for each k (ascending), then for never resetting; read back from the device at once
     (`stateless_nll`: as for `reset_curve_totals`)."""
     ks = sorted(set(ks))
-    totals = reset_curve_totals(model, ids, ks, carried_nll, stateless_nll).tolist()
+    totals = reset_curve_totals(model, ids, ks, stateful_nll, stateless_nll).tolist()
     scores = [Score(nats=nats, tokens=ids.numel() - 1) for nats in totals]
     return [ResetPoint(k, score, score.bits_per_char(chars)) for k, score in zip([*ks, None], scores)]
 
@@ -136,12 +136,12 @@ def first_epoch_scores(checkpoint: Checkpoint, ids: torch.Tensor, chars: int, de
     if checkpoint.first_epoch_state is None:
         return None
     model = checkpoint.build_model(device, first_epoch=True)
-    carried = streamed_token_nll(model, ids)  # (n - 1,)
-    stateless = torch.empty_like(carried)
-    stateful_nats = carried.double().sum().item()  # as `streamed_nll` sums it
+    stateful = streamed_token_nll(model, ids)  # (n - 1,)
+    stateless = torch.empty_like(stateful)
+    stateful_nats = stateful.double().sum().item()  # as `streamed_nll` sums it
     stateless_nats = windowed_total(model, ids, 1, token_nll=stateless).item()
     if token_losses is not None:
-        token_losses.update(first_epoch_stateful=carried, first_epoch_stateless=stateless)
+        token_losses.update(first_epoch_stateful=stateful, first_epoch_stateless=stateless)
     return {"stateful_bpc": bits_per_char(stateful_nats, chars), "stateless_bpc": bits_per_char(stateless_nats, chars)}
 
 
@@ -168,15 +168,15 @@ def evaluate(checkpoint: Checkpoint, train_text: str, val_text: str, generations
     ids = torch.tensor(val_ids, dtype=torch.long)
     token_chars = torch.tensor([len(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)])  # (V,)
     with part_of(clock, "stateful pass"):
-        carried = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
-    losses = {"stateful": carried}  # each predicted token's loss per scorer, for the validation blocks
+        stateful = streamed_token_nll(model, ids)  # (n - 1,): the stateful pass, shared by both curves
+    losses = {"stateful": stateful}  # each predicted token's loss per scorer, for the validation blocks
     with part_of(clock, "reset curve"):
-        stateless_nll = torch.empty_like(carried)  # filled at k = 1
-        curve = reset_curve(model, ids, list(settings.reset_every), chars, carried, stateless_nll)
+        stateless_nll = torch.empty_like(stateful)  # filled at k = 1
+        curve = reset_curve(model, ids, list(settings.reset_every), chars, stateful, stateless_nll)
         if 1 in settings.reset_every:
             losses["stateless"] = stateless_nll
     with part_of(clock, "context curve"):
-        context = context_curve(model, ids, carried, token_chars, list(settings.context_lengths),
+        context = context_curve(model, ids, stateful, token_chars, list(settings.context_lengths),
                                 settings.context_targets, seed, settings.horizon_tolerance)
     with part_of(clock, "n-gram floor"):
         bigram_terms: list[float] = []
@@ -230,11 +230,11 @@ def write_reset_curve(curve: list[ResetPoint], metrics: dict[str, object], path:
 
 
 def write_context_curve(context: ContextCurve, path: str | Path) -> None:
-    """The context curve as CSV for `dvc plots`: one row per c, with the carried level and the
+    """The context curve as CSV for `dvc plots`: one row per c, with the stateful level and the
     standard error, and the characters the c tokens span on average."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["c", "context_c_bpc", "carried_state_bpc", "standard_error_bpc", "context_chars"])
+    writer.writerow(["c", "context_c_bpc", "stateful_bpc", "standard_error_bpc", "context_chars"])
     for c, bpc, se, span in zip(context.lengths, context.bpc, context.se_bpc, context.mean_chars):
-        writer.writerow([c, bpc, context.carried_bpc, se, span])
+        writer.writerow([c, bpc, context.stateful_bpc, se, span])
     write_text_atomic(path, out.getvalue())

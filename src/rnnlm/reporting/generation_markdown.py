@@ -74,22 +74,22 @@ def _scores(metrics: dict[str, Any]) -> list[str]:
 
 
 def _context(metrics: dict[str, Any]) -> list[str]:
-    """The context curve: fixed targets predicted from c tokens of context, against the carried state,
+    """The context curve: fixed targets predicted from c tokens of context, against the stateful pass,
     and the horizon read from it."""
     context = {int(c): v for c, v in metrics["context_curve_bpc"].items()}
-    carried = metrics["context_carried_bpc"]
+    stateful = metrics["context_stateful_bpc"]
     horizon, (low, high) = metrics["context_horizon"], metrics["context_horizon_range"]
     return [
         f"How much context the model uses: {metrics['context_targets']:,} validation targets, each predicted "
         f"from exactly c preceding tokens (a zero state before them), against the same targets with the state "
-        f"carried through the split ({_number(carried)} bits per character). Context "
-        f"horizon, the smallest c within {metrics['context_horizon_tolerance']:.0%} of the carried state: "
+        f"carried through the split ({_number(stateful)} bits per character). Context "
+        f"horizon, the smallest c within {metrics['context_horizon_tolerance']:.0%} of the stateful pass: "
         f"{_tokens(horizon)} (from {_tokens(low)} to {_tokens(high)} within two standard errors).",
         "",
         "| c (tokens of context) | " + " | ".join(str(c) for c in context) + " |",
         "|---|" + "---|" * len(context),
         "| bits per character | " + " | ".join(_number(v) for v in context.values()) + " |",
-        "| over the carried state | " + " | ".join(f"{v / carried - 1:+.1%}" for v in context.values()) + " |",
+        "| over the stateful pass | " + " | ".join(f"{v / stateful - 1:+.1%}" for v in context.values()) + " |",
         "| standard error | " + " | ".join(_number(v, 4) for v in metrics["context_curve_se_bpc"].values()) + " |",
         "| characters spanned | " + " | ".join(f"{v:.1f}" for v in metrics["context_curve_chars"].values()) + " |",
     ]

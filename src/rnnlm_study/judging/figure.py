@@ -4,7 +4,7 @@ In:  the `StudyRun`s in the study's order (`rnnlm_study.folders.in_study_order`)
      (`rnnlm_study.judging.table.summary_frame`).
 Out: a PNG of three panels: stateful and stateless bits per character per model with error bars,
      the bigram floor marked; the state-reset curves; the context curves (as the excess over the
-     carried state); each curve the mean over seeds with a band for its interval (none for one seed).
+     stateful pass); each curve the mean over seeds with a band for its interval (none for one seed).
      A model keeps one colour in every panel; one trained with the state carried is drawn dashed in
      the colour of its reset twin (the same sizes and tokens).
 """
@@ -25,9 +25,9 @@ def _reset_curve(run: StudyRun) -> dict[str, float]:
 
 
 def _context_excess(run: StudyRun) -> dict[str, float]:
-    """Each context length's bits per character as % above the carried state."""
-    context, carried = run.metrics.get("context_curve_bpc"), run.metrics.get("context_carried_bpc")
-    return {c: 100 * (v / carried - 1) for c, v in context.items()} if context and carried else {}
+    """Each context length's bits per character as % above the stateful pass."""
+    context, stateful = run.metrics.get("context_curve_bpc"), run.metrics.get("context_stateful_bpc")
+    return {c: 100 * (v / stateful - 1) for c, v in context.items()} if context and stateful else {}
 
 
 def _mean_and_band(curves: list[dict[str, float]], keys: list[str]) -> tuple[list[float], list[float], list[float]]:
@@ -89,7 +89,7 @@ def _reset_panel(axes, by_model: dict[str, list[StudyRun]], styles: dict[str, di
 
 
 def _context_panel(axes, by_model: dict[str, list[StudyRun]], styles: dict[str, dict[str, object]]) -> None:
-    """Each model's context curve as % above its carried state (mean over seeds, its band); models
+    """Each model's context curve as % above its stateful pass (mean over seeds, its band); models
     without one are left out."""
     for model, runs in by_model.items():
         excess = [e for e in (_context_excess(r) for r in runs) if e]
@@ -101,7 +101,7 @@ def _context_panel(axes, by_model: dict[str, list[StudyRun]], styles: dict[str, 
         axes.fill_between([int(k) for k in keys], low, high, color=styles[model]["color"], alpha=0.2, linewidth=0)
     axes.set_xscale("log", base=2)
     axes.set_xlabel("tokens of context c (fixed targets, zero state before them)")
-    axes.set_ylabel("% above the carried state")
+    axes.set_ylabel("% above the stateful pass")
     if axes.lines:
         axes.legend(fontsize=6)
 

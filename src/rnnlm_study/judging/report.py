@@ -172,7 +172,7 @@ def to_markdown(runs: list[StudyRun], frame: pd.DataFrame, summary: Summary, rea
         "stateful: carried through the whole split; gap: stateless − stateful. Bigram: a count-based bigram of",
         "the model's own tokens, the best a model that sees one token can hope for. Context horizon: the fewest",
         "tokens of context from which fixed validation targets are predicted within the evaluate stage's",
-        "tolerance of the carried state, as its range over seeds. Known words and repeated word 4-grams: text",
+        "tolerance of the stateful pass, as its range over seeds. Known words and repeated word 4-grams: text",
         "statistics of the sampled text, stateless / stateful. Validation loss in nats per token (per piece for",
         "Scribe). Each figure is the mean over the model's seeds ± the half-width of its 95% t-interval (the",
         "value alone for one seed); training seconds are the median over seeds (machines differ). Each model's",

@@ -89,7 +89,7 @@ class RecurrentLM(nn.Module):
     def description(self) -> list[str]:
         """What the model is, in words, for `rnnlm.models.kinds.summary`."""
         c = self.config
-        where = "between layers" if c.dropout_mode == "between" else "on the carried state"
+        where = "between layers" if c.dropout_mode == "between" else "on the state passed to the next time step"
         return [f"{c.cell.upper()} language model, {c.layers} layer(s), embedding {c.embd}, hidden {c.hidden}, "
                 f"vocabulary {c.vocab_size}",
                 f"dropout {c.dropout} ({where})" + (", LayerNorm before the output" if c.layer_norm else ""),

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit, backward_start
+from rnnlm.models.cells.triton_common import BLOCK, _grad_h, _grid, _masks, _tanh, _unit, backward_start
 
 # --- GRU: gates r, z, candidate -------------------------------------------------------------------
 
@@ -50,11 +50,7 @@ def _gru_backward_zn(gates, grad_out, from_later, mask, h_prev, direct, n, H: tl
     pre-activations of z and the candidate over z and the candidate; direct = grad * (1 - z)."""
     u, b, j, ok = _unit(n, H, BLOCK)
     row = gates + b * (3 * H) + j
-    grad = tl.load(grad_out + u, mask=ok)
-    if HAS_LATER:
-        grad = grad + tl.load(from_later + u, mask=ok)
-    if HAS_MASK:
-        grad = grad * tl.load(mask + u, mask=ok)
+    grad = _grad_h(grad_out, from_later, mask, u, ok, HAS_LATER, HAS_MASK)
     z = tl.load(row + H, mask=ok)
     candidate = tl.load(row + 2 * H, mask=ok)
     hp = tl.load(h_prev + u, mask=ok)

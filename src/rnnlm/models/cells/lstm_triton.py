@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit, backward_start
+from rnnlm.models.cells.triton_common import BLOCK, _grad_h, _grid, _masks, _tanh, _unit, backward_start
 
 # --- LSTM: gates i, f, o, g ------------------------------------------------------------------------
 
@@ -43,11 +43,7 @@ def _lstm_backward(gates, grad_out, from_later, mask, c, c_prev, grad_c, n, H: t
     writes the four gates' pre-activation gradients over the gates and grad_c w.r.t. c_prev over grad_c."""
     u, b, j, ok = _unit(n, H, BLOCK)
     row = gates + b * (4 * H) + j
-    grad = tl.load(grad_out + u, mask=ok)
-    if HAS_LATER:
-        grad = grad + tl.load(from_later + u, mask=ok)
-    if HAS_MASK:
-        grad = grad * tl.load(mask + u, mask=ok)
+    grad = _grad_h(grad_out, from_later, mask, u, ok, HAS_LATER, HAS_MASK)
     i = tl.load(row, mask=ok)
     f = tl.load(row + H, mask=ok)
     o = tl.load(row + 2 * H, mask=ok)

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rnnlm.models.cells.triton_common import BLOCK, _grid, _masks, _tanh, _unit, backward_start
+from rnnlm.models.cells.triton_common import BLOCK, _grad_h, _grid, _masks, _tanh, _unit, backward_start
 
 # --- tanh RNN --------------------------------------------------------------------------------------
 
@@ -29,11 +29,7 @@ def _rnn_backward(activations, grad_out, from_later, mask, n, H: tl.constexpr, H
                   HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
     """((grad_out + from_later) * mask) * (1 - a^2), the pre-activation gradient, written over a."""
     u, b, j, ok = _unit(n, H, BLOCK)
-    grad = tl.load(grad_out + u, mask=ok)
-    if HAS_LATER:
-        grad = grad + tl.load(from_later + u, mask=ok)
-    if HAS_MASK:
-        grad = grad * tl.load(mask + u, mask=ok)
+    grad = _grad_h(grad_out, from_later, mask, u, ok, HAS_LATER, HAS_MASK)
     a = tl.load(activations + u, mask=ok)
     tl.store(activations + u, grad * (1.0 - a * a), mask=ok)
 

@@ -45,6 +45,18 @@ def _unit(n, H: tl.constexpr, BLOCK: tl.constexpr):
     return u, u // H, u % H, u < n
 
 
+@triton.jit
+def _grad_h(grad_out, from_later, mask, u, ok, HAS_LATER: tl.constexpr, HAS_MASK: tl.constexpr):
+    """The gradient w.r.t. a time step's new h at the units u, where every backward kernel starts:
+    (grad_out + from_later) * mask, from_later only after the last time step, mask only with dropout."""
+    grad = tl.load(grad_out + u, mask=ok)
+    if HAS_LATER:
+        grad = grad + tl.load(from_later + u, mask=ok)
+    if HAS_MASK:
+        grad = grad * tl.load(mask + u, mask=ok)
+    return grad
+
+
 def _grid(n: int) -> tuple[int]:
     return (triton.cdiv(n, BLOCK),)
 

@@ -1,5 +1,6 @@
 """The sampling benchmark: stateful generation, ours beside the study's cell and PyTorch's layers
-stepped by a Python loop, and the matrix products one step of our model cannot avoid."""
+stepped by a Python loop, and the matrix products one step of our model cannot avoid; and stateless
+generation of one sample, ours (each token's logits computed once) beside an advance for every token."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import torch
 
 from rnnlm.compute import backend
 from rnnlm.inference.decoding import Decoding
-from rnnlm.inference.generation import generate, make_generator
+from rnnlm.inference.advancing import Advancer
+from rnnlm.inference.generation import generate, generation_loop, make_generator
 from rnnlm.models.config import ModelConfig
 from rnnlm.models.language_model import RecurrentLM
 from rnnlm.reporting.markdown import table_head, table_row
@@ -136,5 +138,49 @@ def measure_sampling(configs: dict[str, ModelConfig], params, settings: Settings
             print(f"  sampled {name}", file=sys.stderr, flush=True)
     records = sampling_records(samples)
     report.say(sampling_table(records))
+    return records
+
+
+def stateless_contenders(config: ModelConfig, new_tokens: int, device: torch.device) -> dict[str, Callable[[], None]]:
+    """Name -> closure generating `new_tokens` tokens of one stateless sample at temperature 1: "ours"
+    (`generate`: on the CPU the compiled loop, which computes each token's logits once) and "an advance
+    a token" (the same advancer called for every token by the Python loop, as the loop ran before)."""
+    decoding = Decoding("temperature", temperature=1.0)
+    model = RecurrentLM(config).to(device).eval()
+    advancer = Advancer(model)
+
+    def ours() -> None:
+        generate(model, [0], mode="stateless", decoding=decoding, max_new_tokens=new_tokens,
+                 generator=make_generator(0, device))
+
+    @torch.inference_mode()
+    def every_token() -> None:
+        logits, state = advancer(torch.zeros(1, dtype=torch.long, device=device))
+        generation_loop(advancer, logits, state, stateful=False, decoding=decoding, max_new_tokens=new_tokens,
+                        generator=make_generator(0, device))
+
+    return {"ours": ours, "an advance a token": every_token}
+
+
+def measure_stateless_sampling(configs: dict[str, ModelConfig], params, settings: Settings, device: torch.device,
+                               report: Report) -> list[dict]:
+    """The stateless section of `report`: one sample of each character model of `configs`, both ways
+    timed side by side; a record per model (characters per second each way, and their ratio)."""
+    report.say(f"## Stateless sampling, one sample ({settings.sample_tokens} characters, medians of "
+               f"{settings.repeats})\n")
+    records = []
+    for name, config in configs.items():
+        if params.models[name].tokens != "char":
+            continue
+        medians = side_by_side(stateless_contenders(config, settings.sample_tokens, device), settings.repeats, device)
+        rates = {k: settings.sample_tokens / s for k, s in medians.items()}
+        records.append({"model": name, "chars_per_second": rates,
+                        "ours_x_every_token": rates["ours"] / rates["an advance a token"]})
+        print(f"  sampled {name} statelessly", file=sys.stderr, flush=True)
+    lines = table_head(["model", "ours chars/s", "an advance a token chars/s", "ours × an advance a token"], "lrrr")
+    lines += [table_row([r["model"], f"{r['chars_per_second']['ours']:,.0f}",
+                         f"{r['chars_per_second']['an advance a token']:,.0f}", f"{r['ours_x_every_token']:.2f}"])
+              for r in records]
+    report.say("\n".join(lines))
     return records
 

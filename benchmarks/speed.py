@@ -38,17 +38,19 @@ alone": only the matrix products one step of our model cannot avoid (each hidden
 input-side matrix above the first layer, the output layer), nothing else. No implementation that
 does these products in float32 samples faster; at batch 1 they read every weight once per
 character, so for the larger models they bound the rate by memory bandwidth. They run through the
-same GEMM as ours.
+same GEMM as ours. Then stateless sampling of one sample per character model: ours (the compiled loop
+computes the logits after each token once, since they depend on that token alone) beside the same
+advancer called for every token.
 
 `--gemm-choices` (CPU) times our training step once more under every value of RNNLM_GEMM (MKL or
-oneDNN for the large products and for the per-step ones), side by side, beside the choice that
+oneDNN for the large products and for the per-time-step ones), side by side, beside the choice that
 `rnnlm.compute.backend`'s rule makes for this machine: the evidence that the rule picks the fastest.
 
 The whole run keeps freed memory in the process's heap (`rnnlm.memory.keep_freed_memory`), as
 the training and evaluation stages do, for every implementation alike; the header says so.
 `--allocator` (CPU) times our training step and PyTorch's once more with glibc's default settings and
 with freed memory kept, alternated call by call: what keeping it is worth to each. `--only PART...`
-runs some parts alone (training, sampling, gemm-choices, allocator).
+runs some parts alone (training, sampling, stateless-sampling, gemm-choices, allocator).
 
 `--markdown PATH` and `--json PATH` write what is printed, and every figure of both tables (model,
 implementation, ms per step, ratios, GFLOP/s, share of the limit; the sampling rates and ratios),
@@ -71,13 +73,13 @@ from rnnlm.params import load_params
 
 from benchmarks.allocator_speed import measure_allocator
 from benchmarks.gemm_choices import measure_gemm_choices
-from benchmarks.sampling_speed import measure_sampling
+from benchmarks.sampling_speed import measure_sampling, measure_stateless_sampling
 from benchmarks.timing import (FULL, QUICK, Report, STUDY_MODELS, machine, machine_line, measure_limit, model_configs,
                     save_report)
 from benchmarks.training_speed import measure_training
 
 
-PARTS = ("training", "sampling", "gemm-choices", "allocator")
+PARTS = ("training", "sampling", "stateless-sampling", "gemm-choices", "allocator")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     configs = model_configs(args.params, args.models, settings.shrink)
     torch.manual_seed(0)
 
-    parts = set(args.only or ("training", "sampling"))
+    parts = set(args.only or ("training", "sampling", "stateless-sampling"))
     parts |= {part for part, asked in (("gemm-choices", args.gemm_choices), ("allocator", args.allocator)) if asked}
     if device.type != "cpu":
         parts -= {"gemm-choices", "allocator"}
@@ -140,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
             report.say("The allocator comparison needs glibc's allocator (Linux); skipped.\n")
     if "sampling" in parts:
         figures["sampling"] = measure_sampling(configs, load_params(args.params), settings, device, report)
+    if "stateless-sampling" in parts:
+        figures["stateless_sampling"] = measure_stateless_sampling(configs, load_params(args.params), settings, device,
+                                                                   report)
     save_report(report.text(), figures, args.markdown, args.json)  # printed as it was measured
 
 

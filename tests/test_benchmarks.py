@@ -84,6 +84,13 @@ def test_quick_benchmark_prints_both_tables_and_writes_them(tmp_path):
         for batch in (1, 4):
             assert any(line.startswith(f"| {model} | {batch} |") for line in out.splitlines()), (model, batch)
     assert not any(line.startswith("| scribe_alpha | 1 |") for line in out.splitlines())
+    # stateless sampling: one row per character model, ours beside an advance for every token
+    stateless = {r["model"]: r for r in data["stateless_sampling"]}
+    assert set(stateless) == {"astra_alpha", "leviathan", "rnn_alpha"}
+    rates = stateless["leviathan"]["chars_per_second"]
+    assert set(rates) == {"ours", "an advance a token"}
+    assert stateless["leviathan"]["ours_x_every_token"] == pytest.approx(rates["ours"] / rates["an advance a token"])
+    assert "## Stateless sampling, one sample" in out
 
 
 def test_gemm_choices_time_every_value_of_the_variable_beside_the_rules(tmp_path):

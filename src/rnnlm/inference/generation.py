@@ -12,7 +12,9 @@ Out: the new ids, (num_samples, max_new_tokens). Same seed, same ids on the CPU.
 
 Where the "cpp" backend runs, a recurrent model's loop after the prompt runs in C++ (`generation.cpp`,
 through `Advancer.compiled`); `generation_loop` here is its reference and what CUDA runs: the same
-ids (tested).
+ids (tested). For one stateless sample the C++ loop computes the logits after each token once and
+looks them up after (they depend on that token alone): at most one advance per token of the
+vocabulary, the same ids.
 
 The generate stage's samples, `run_generations`: every prompt of params `generate` with every
 strategy of the report (`report_decodings`) in both modes, each from the same seed, as a

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace rnnlm {
@@ -153,17 +154,30 @@ class CompiledAdvancer {
   // generation.py's loop from the prompt's logits (N, V) and state: pick a token, advance (carrying the
   // state if `stateful`, from zeros if not), repeat -> the new ids (N, max_new_tokens). `on_token`, if
   // given, is called with each token's ids (N,) as soon as they are picked.
+  // Stateless with one row, the logits after a token depend on that token alone: each token's are
+  // computed once and looked up after (the same bits: an advance of one token from zeros is the same
+  // computation every time), so a sample costs at most one advance per token of the vocabulary.
   Tensor generate(Tensor logits, State state, bool stateful, int64_t max_new_tokens, const std::string& strategy,
                   double temperature, int64_t top_k, double top_p, std::optional<at::Generator> generator,
                   std::optional<py::function> on_token) const {
     const Decoding decoding{strategy, temperature, top_k, top_p};
+    const bool one_stateless_row = !stateful && logits.size(0) == 1;
+    std::unordered_map<int64_t, Tensor> after_token;  // one stateless row: token id -> its logits (1, V)
     std::vector<Tensor> picked;
     for (int64_t i = 0; i < max_new_tokens; ++i) {
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C stops a long generation
       Tensor ids = pick(logits, decoding, generator);
       picked.push_back(ids);
       if (on_token) (*on_token)(ids);
-      if (i + 1 < max_new_tokens) std::tie(logits, state) = advance(ids, stateful ? state : State{});
+      if (i + 1 == max_new_tokens) break;
+      if (!one_stateless_row) {
+        std::tie(logits, state) = advance(ids, stateful ? state : State{});
+        continue;
+      }
+      const int64_t token = ids.data_ptr<int64_t>()[0];
+      auto seen = after_token.find(token);
+      if (seen == after_token.end()) seen = after_token.emplace(token, std::get<0>(advance(ids, State{}))).first;
+      logits = seen->second;
     }
     if (picked.empty()) return at::empty({logits.size(0), 0}, logits.options().dtype(at::kLong));
     return at::stack(picked, 1);

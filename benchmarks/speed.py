@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.repeats < 1:
             parser.error(f"--repeats {args.repeats}: expected a positive integer")
         settings = replace(settings, repeats=args.repeats)
-    models = load_params(args.params).models
+    params = load_params(args.params)
+    models = params.models
     recurrent = [name for name, entry in models.items() if entry.cell in CELLS]
     for name in args.models:
         if name not in recurrent:
@@ -141,10 +142,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             report.say("The allocator comparison needs glibc's allocator (Linux); skipped.\n")
     if "sampling" in parts:
-        figures["sampling"] = measure_sampling(configs, load_params(args.params), settings, device, report)
+        figures["sampling"] = measure_sampling(configs, params, settings, device, report)
     if "stateless-sampling" in parts:
-        figures["stateless_sampling"] = measure_stateless_sampling(configs, load_params(args.params), settings, device,
-                                                                   report)
+        figures["stateless_sampling"] = measure_stateless_sampling(configs, params, settings, device, report)
     save_report(report.text(), figures, args.markdown, args.json)  # printed as it was measured
 
 

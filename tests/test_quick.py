@@ -27,4 +27,20 @@ def test_a_quick_run_measures_its_share_and_never_too_little(raw_params):
     assert evaluate_settings(settings, 0.01).context_targets == MIN_TARGETS
     few = dataclasses.replace(settings, context_targets=20)
     assert evaluate_settings(few, 0.01).context_targets == 20  # never more than the full run's
-    assert dataclasses.replace(evaluate_settings(settings, 0.01), context_targets=settings.context_targets) == settings
+    quick = evaluate_settings(settings, 0.01)
+    assert dataclasses.replace(quick, context_targets=settings.context_targets,
+                               context_lengths=settings.context_lengths) == settings
+
+
+def test_a_quick_context_curve_does_its_share_of_the_work(raw_params):
+    """Targets times the summed lengths within s of the full curve's, the longest lengths left out first."""
+    settings = parse_params(raw_params).evaluate
+    assert settings.context_targets == 2000 and settings.context_lengths == tuple(2**i for i in range(11))
+    quick = evaluate_settings(settings, 0.01)  # 50 x (1 + ... + 256) = 25,550 <= 20 x 2,047 = 40,940
+    assert (quick.context_targets, quick.context_lengths) == (50, (1, 2, 4, 8, 16, 32, 64, 128, 256))
+    assert evaluate_settings(settings, 0.1).context_lengths == settings.context_lengths  # 200 targets: all of it
+    few = evaluate_settings(dataclasses.replace(settings, context_targets=20), 0.01)  # 20 targets, 409 window tokens
+    assert (few.context_targets, few.context_lengths) == (20, (1, 2, 4, 8))
+    long_only = dataclasses.replace(settings, context_lengths=(1024, 512))
+    assert evaluate_settings(long_only, 0.01).context_lengths == (512,)
+    assert evaluate_settings(long_only, 0.001).context_lengths == (512,)  # the shortest is always kept

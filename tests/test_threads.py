@@ -76,9 +76,9 @@ def _enter(folder, process):
 def test_a_run_takes_its_share_of_the_cores_as_others_come_and_go(tmp_path):
     torch.set_num_threads(3)
     share = _quiet_share(tmp_path, cores=4)
-    assert share.join() == 3  # not verified yet: as it was
-    assert share.verify(lambda: [torch.ones(3)])
-    assert share.refresh(now=True) == 4
+    assert share.join() == 3  # no probe handed over yet: as it was
+    share.check_with(lambda: [torch.ones(3)])
+    assert share.refresh(now=True) == 4 and share.verified
     other = _live_process()
     try:
         _enter(tmp_path, other)
@@ -105,19 +105,42 @@ def test_a_run_takes_its_share_of_the_cores_as_others_come_and_go(tmp_path):
 
 
 def test_a_run_whose_gradients_depend_on_the_threads_keeps_its_count(tmp_path, capsys):
-    torch.set_num_threads(2)
+    torch.set_num_threads(4)
     share = _quiet_share(tmp_path, cores=4)
     share.join()
-    assert not share.verify(lambda: [torch.tensor([float(torch.get_num_threads())])])
+    share.check_with(lambda: [torch.tensor([float(torch.get_num_threads())])])
     other = _live_process()
     try:
-        _enter(tmp_path, other)
-        assert share.refresh(now=True) == 2 and torch.get_num_threads() == 2
-        assert share.probed and "differ in their last bits" in share.why_fixed
+        _enter(tmp_path, other)  # its share would be 2 threads: the probe runs first, and fails
+        assert share.refresh(now=True) == 4 and torch.get_num_threads() == 4
+        assert share.probed and not share.verified and "differ in their last bits" in share.why_fixed
+        notes = capsys.readouterr().out.splitlines()
+        assert notes == ["note: this run computes on 4 threads from here on: " + share.why_fixed]
+        assert share.refresh(now=True) == 4 and capsys.readouterr().out == ""  # said once, probed once
     finally:
         other.kill()
         other.wait()
         share.leave()
+
+
+def test_a_run_alone_never_computes_the_probe_and_one_beside_another_computes_it_once(tmp_path):
+    """The probe costs a forward and backward pass at each count: it runs only before the count
+    first changes, and never while the run is alone."""
+    torch.set_num_threads(4)
+    share = _quiet_share(tmp_path, cores=4)
+    calls = []
+    share.join()
+    share.check_with(lambda: calls.append(torch.get_num_threads()) or [torch.ones(1)])
+    assert [share.refresh(now=True) for _ in range(3)] == [4, 4, 4] and calls == [] and not share.probed
+    other = _live_process()
+    try:
+        _enter(tmp_path, other)
+        assert share.refresh(now=True) == 2 and calls == [1, 4]  # at one thread, then at every core
+    finally:
+        other.kill()
+        other.wait()
+    assert share.refresh(now=True) == 4 and calls == [1, 4]  # verified once: not computed again
+    share.leave()
 
 
 def test_a_thread_count_set_by_hand_is_kept(tmp_path, monkeypatch):
@@ -125,7 +148,8 @@ def test_a_thread_count_set_by_hand_is_kept(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     share = _quiet_share(tmp_path, cores=4)
     share.join()
-    assert not share.verify(lambda: [torch.ones(1)]) and not share.probed and share.refresh(now=True) == 1
+    share.check_with(lambda: [torch.ones(1)])
+    assert share.refresh(now=True) == 1 and not share.probed
     assert [p.name for p in tmp_path.iterdir()] == [str(share.joined.name)]  # the others still count it
     share.leave()
 
@@ -147,8 +171,9 @@ def test_a_share_that_cannot_be_joined_costs_the_share_not_the_run(tmp_path, mon
     torch.set_num_threads(2)
     share = _quiet_share(folder, cores=4)
     assert share.join() == 2
-    assert share.verify(lambda: [torch.ones(1)]) is (spoil == "a folder inside it")
+    share.check_with(lambda: [torch.ones(1)])
     assert share.refresh(now=True) == (4 if spoil == "a folder inside it" else 2)  # the folder isn't counted
+    assert share.verified is (spoil == "a folder inside it")
     notes = capsys.readouterr().out.splitlines()
     if spoil == "a folder inside it":
         assert notes == [] and (folder / "4242").is_dir()
@@ -293,9 +318,9 @@ def test_a_busy_process_outside_the_share_takes_a_core_from_it_and_gives_it_back
     counts = iter([0, 1, 1, 1, 0, 0, 0, 0])  # a moment of load, then load, then none again
     torch.set_num_threads(2)
     share = threads.CoreShare(tmp_path, cores=2, busy=lambda members: next(counts))
-    share.join()
-    assert share.verify(lambda: [torch.ones(1)])
-    assert [share.refresh(now=True) for _ in range(7)] == [2, 2, 1, 1, 1, 1, 2]  # by the median of the last 5
+    share.join()  # counts the first 0
+    share.check_with(lambda: [torch.ones(1)])
+    assert [share.refresh(now=True) for _ in range(7)] == [2, 1, 1, 1, 1, 2, 2]  # by the median of the last 5
     share.leave()
 
 

@@ -18,6 +18,7 @@ from rnnlm.evaluation.scoring import batch_nll
 from rnnlm.errors import TrainingError
 from rnnlm.training.batches import WindowSampler, val_batch_seed
 from rnnlm.training.settings import run_settings, steps_per_epoch
+from rnnlm.training.parts import build_parts
 from rnnlm.training.train import train
 from rnnlm.training.step import LossLog, NonFiniteLoss, make_optimizer
 from rnnlm.compute import backend
@@ -373,6 +374,19 @@ def test_each_epoch_records_the_studys_one_batch_estimator(raw_params):
         x, y = batches[epoch - 1]
         assert recorded[epoch - 1] == batch_nll(model, x[0], y[0])
     assert len(set(recorded)) == 3 and all(r != row["val_loss"] for r, row in zip(recorded, result.history.epochs))
+
+
+def test_the_random_validation_batch_holds_at_most_the_splits_whole_windows(raw_params):
+    """A quick run's validation text is short (`rnnlm.scale`): its random batch is cut to the text's
+    whole windows instead of scoring the same tokens several times over; a long split keeps the batch."""
+    params = tiny_params(raw_params)
+    run = run_settings(params, "astra_alpha", TOKENIZER.vocab_size)
+    train_ids = torch.tensor(TOKENIZER.encode(SPLIT.train))
+    batch, length = run.train.batch_size, run.train.seq_len  # 8 windows of 24 tokens
+    for val_chars, windows in ((1200, batch), (24 * 3 + 1, 3), (24 * 3, 2), (25, 1)):
+        val_ids = torch.tensor(TOKENIZER.encode(SPLIT.val[:val_chars]))
+        x, y = build_parts(run, train_ids, val_ids).val_batches.batches(1)
+        assert x.shape == y.shape == (1, windows, length)
 
 
 def test_a_quick_run_saves_its_state_on_the_clock_not_after_every_epoch(raw_params, tmp_path):

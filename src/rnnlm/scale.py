@@ -6,11 +6,16 @@ Out: whether the run is quick, and what it measures on. At full scale (steps_sca
 is unchanged. Below it, with s = steps_scale:
 
 - the validation text (per-epoch validation in training, and every measure of the evaluate stage)
-  is its first s-th part, never less than `MIN_VALIDATION_CHARS` characters (nor more than the whole);
+  is its first s-th part, never less than `MIN_VALIDATION_CHARS` characters (nor more than the whole),
+  and the study's random validation batch holds at most that text's whole windows (16 of the 64 at
+  128 tokens a window: `rnnlm.training.parts`);
 - training saves its resume file every `save_every_s`, not after every epoch (`rnnlm.training.record`
   asks `quick`);
-- the context curve scores s of `evaluate.context_targets` targets, never fewer than `MIN_TARGETS`
-  (its lengths beyond the shorter text are left out, as for any short text).
+- the context curve scores s of `evaluate.context_targets` targets, never fewer than `MIN_TARGETS`,
+  at the lengths that keep its work (targets times the summed lengths) within s of the full curve's,
+  the longest left out first and the shortest always kept (at s = 0.01 with the params' 2,000
+  targets and lengths 1 to 1,024: 50 targets at lengths 1 to 256); lengths beyond the shorter text
+  are left out too, as for any short text.
 
 A quick run (`dvc exp run -S train.steps_scale=0.01`) is a smoke test of the whole pipeline at the
 cost of its training, not a measurement: its figures come from a fraction of the validation text, it
@@ -48,4 +53,7 @@ def evaluate_settings(settings: EvaluateParams, steps_scale: float) -> EvaluateP
     if not quick(steps_scale):
         return settings
     targets = min(settings.context_targets, max(MIN_TARGETS, round(steps_scale * settings.context_targets)))
-    return dataclasses.replace(settings, context_targets=targets)
+    lengths = sorted(set(settings.context_lengths))
+    work = steps_scale * settings.context_targets * sum(lengths)  # s of the full curve's work, in window tokens
+    kept = [c for i, c in enumerate(lengths) if i == 0 or targets * sum(lengths[: i + 1]) <= work]
+    return dataclasses.replace(settings, context_targets=targets, context_lengths=tuple(kept))

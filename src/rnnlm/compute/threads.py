@@ -18,10 +18,12 @@ ensures it (the one PyTorch operation we use that did not, LayerNorm's backward,
 `rnnlm.models.language_model.layer_norm`), but a BLAS may split a product's sums by thread and so
 give other bits at another count: MKL does on Intel CPUs for the weight gradients, each a sum over
 every batch x sequence row (`benchmarks/thread_bits.py`), unless it runs in its strict mode, which
-`rnnlm.compute.backend.strict_mkl()` asks for there before MKL's first call. So before a run
-changes its threads, `verify()` computes one training step's gradients of the real model and
-batch shape at one thread and at every core: where they differ in any bit, the run keeps its count
-for its whole life and says so. A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm_study
+`rnnlm.compute.backend.strict_mkl()` asks for there before MKL's first call. So a run hands the share
+a probe (`check_with`): one training step's gradients of the real model and batch shape. The first
+time `refresh()` would change the run's count, it computes them at one thread and at every core:
+where they differ in any bit, the run keeps its count for its whole life and says so. A run that is
+alone on its machine never changes its count and never pays for the probe (for Leviathan a forward
+and backward pass at each count: a tenth of a quick run). A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm_study
 run --jobs N` sets it for its workers), is kept too; such a process still joins, so that the others
 leave it its share.
 """
@@ -175,14 +177,15 @@ class CoreShare:
         self.busy_counts: list[int] = []  # the last BUSY_SAMPLES counts of them
         self.fixed = "OMP_NUM_THREADS" in os.environ
         self.why_fixed = "OMP_NUM_THREADS is set" if self.fixed else ""
+        self.probe: Callable[[], Sequence[torch.Tensor]] | None = None  # `check_with`'s gradients
         self.verified = False
-        self.probed = False  # verify() computed the gradients at two counts
+        self.probed = False  # the probe's gradients were computed at two counts
         self.joined: Path | None = None
         self.checked = float("-inf")
 
     def join(self, adjust: bool = True) -> int:
-        """Leave this process's file and (with `adjust`, once `verify` has passed) take its share of
-        the cores; returns the threads it computes on. A process whose results depend on its thread
+        """Leave this process's file and (with `adjust`, once a probe is handed over: `check_with`) take
+        its share of the cores; returns the threads it computes on. A process whose results depend on its thread
         count joins with `adjust=False`: the others still leave it its share."""
         if not adjust:
             self.fixed, self.why_fixed = True, "its results may depend on the thread count"
@@ -211,25 +214,36 @@ class CoreShare:
         print(f"note: this process computes on {torch.get_num_threads()} threads from here on: {self.why_fixed}",
               flush=True)
 
-    def verify(self, gradients: Callable[[], Sequence[torch.Tensor]]) -> bool:
-        """Whether `gradients()` (one training step's, on a copy of the model) gives the same bits at
-        one thread and at every core; if not, this process's thread count stays as it is. Until it
-        has passed, `refresh` changes nothing."""
-        if self.joined is None or self.fixed or (self.cores or 1) < 2:
+    def check_with(self, gradients: Callable[[], Sequence[torch.Tensor]]) -> None:
+        """Hand over the probe: `gradients()` computes one training step's gradients on a copy of the
+        model, leaving the model and the random generators as they were. `refresh` compares them at
+        one thread and at every core before it first changes this process's count; until a probe is
+        handed over, it changes nothing."""
+        self.probe = gradients
+
+    def verify(self) -> bool:
+        """Whether the probe's gradients have the same bits at one thread and at every core, computed
+        once; where they differ (or nothing can change: a count fixed, one core, no probe yet) the
+        count stays as it is, and a failed probe says so once."""
+        if self.verified or self.probed or self.probe is None or self.joined is None or self.fixed \
+                or (self.cores or 1) < 2:
             return self.verified
-        one, every = at_one_and_every(gradients, self.cores)
+        one, every = at_one_and_every(self.probe, self.cores)
         self.probed = True
         self.verified = len(one) == len(every) and all(torch.equal(a, b) for a, b in zip(one, every))
         if not self.verified:
             self.fixed = True
             self.why_fixed = (f"a training step's gradients differ in their last bits at 1 and {self.cores} threads on "
                               "this machine (its BLAS), so the run keeps its thread count")
+            print(f"note: this run computes on {torch.get_num_threads()} threads from here on: {self.why_fixed}",
+                  flush=True)
         return self.verified
 
     def refresh(self, now: bool = False) -> int:
         """Set this process's threads to its share (unless fixed by hand or not joined); counts again
-        only when `REFRESH_SECONDS` have passed since the last count, or `now`."""
-        if self.joined is None or self.fixed or not self.verified:
+        only when `REFRESH_SECONDS` have passed since the last count, or `now`. The first change of
+        the count waits for the probe to pass (`verify`)."""
+        if self.joined is None or self.fixed:
             return torch.get_num_threads()
         clock = time.monotonic()
         if now or clock - self.checked >= REFRESH_SECONDS:
@@ -242,7 +256,7 @@ class CoreShare:
             self.busy_counts = [*self.busy_counts[1 - BUSY_SAMPLES:], self.busy(frozenset(members))]
             others = sorted(self.busy_counts)[(len(self.busy_counts) - 1) // 2]  # the median (the lower of two)
             share = max(1, self.cores // max(1, len(members) + others))
-            if share != torch.get_num_threads():
+            if share != torch.get_num_threads() and self.verify():
                 torch.set_num_threads(share)
         return torch.get_num_threads()
 
@@ -254,7 +268,7 @@ class CoreShare:
 
 def at_one_and_every(compute: Callable[[], Sequence[torch.Tensor]], cores: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """`compute()`'s tensors at one thread and at `cores` threads, as detached copies; the process's
-    thread count is left as it was. What `verify` compares, and `benchmarks/thread_bits.py` per product."""
+    thread count is left as it was. What `CoreShare.verify` compares, and `benchmarks/thread_bits.py` per product."""
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -274,8 +288,8 @@ def join(adjust: bool = True) -> int:
     return SHARE.join(adjust)
 
 
-def verify(gradients: Callable[[], Sequence[torch.Tensor]]) -> bool:
-    return SHARE.verify(gradients)
+def check_with(gradients: Callable[[], Sequence[torch.Tensor]]) -> None:
+    SHARE.check_with(gradients)
 
 
 def refresh() -> int:

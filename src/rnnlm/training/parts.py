@@ -98,6 +98,8 @@ def build_parts(run: RunSettings, train_ids: Tensor, val_ids: Tensor) -> Parts:
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=run.epochs)
     batch, length = run.train.batch_size, run.train.seq_len
     sampler = (StreamSampler if carried else WindowSampler)(train_ids, batch, length, run.seed)
-    val_batches = WindowSampler(val_ids, batch, length, val_batch_seed(run.seed))
+    # The study's random validation batch, of at most the split's whole windows: a quick run's short
+    # validation text (`rnnlm.scale`) would otherwise score the same tokens several times over.
+    val_batches = WindowSampler(val_ids, min(batch, (val_ids.numel() - 1) // length), length, val_batch_seed(run.seed))
     step = make_training_step(model, optimizer, run.train.grad_clip, run.device, graph, carry=carried)
     return Parts(model, optimizer, scheduler, sampler, val_batches, step, run.device, carried)

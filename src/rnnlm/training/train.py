@@ -131,18 +131,18 @@ def run_fingerprint(run: RunSettings, tokenizer: Tokenizer, train_ids: Tensor, v
 
 
 def share_cores(run: RunSettings, parts: Parts) -> None:
-    """On the CPU, whether this run may change its threads as other runs come and go
-    (`rnnlm.compute.threads`): one step's gradients at one thread and at every core must agree."""
+    """On the CPU, hand the core share (`rnnlm.compute.threads`) the probe it runs before this run
+    first changes its thread count as other runs come and go: one step's gradients at one thread and
+    at every core must agree. A run alone on its machine never computes it."""
     if run.device.type != "cpu":
         return
     batch = (run.train.batch_size, run.train.seq_len, run.config.vocab_size)
-    if not threads.verify(lambda: probe_gradients(parts.model, *batch)) and threads.SHARE.probed:
-        print(f"note: this run computes on {torch.get_num_threads()} threads throughout: {threads.SHARE.why_fixed}")
+    threads.check_with(lambda: probe_gradients(parts.model, *batch))
 
 
 def probe_gradients(model: torch.nn.Module, batch_size: int, seq_len: int, vocab: int) -> list[Tensor]:
     """One step's gradients on a copy of `model` (no dropout) for a fixed random batch of the run's
-    shape (batch_size, seq_len): what `threads.verify` computes at two thread counts. The model, its
+    shape (batch_size, seq_len): what the core share's probe computes at two thread counts. The model, its
     gradients and the random generators are left as they were."""
     probe = copy.deepcopy(model).eval()
     tokens = torch.randint(vocab, (batch_size, seq_len + 1), generator=torch.Generator().manual_seed(0))

@@ -6,7 +6,9 @@
 runs every model of params.yaml (`--models` picks some) at `--steps-scale` (default 0.01: the
 README's quick run) through the pipeline's stage scripts in one scratch copy (the data stages once,
 as in a repository where they are done), and reads the timing file each stage writes
-(`rnnlm.stage_clock`: reports/timing/<stage>.json). Beside it, the full-scale figures the study holds:
+(`rnnlm.stage_clock`: reports/timing/<stage>.json); `--runs N` runs each model N times in a row and
+shows the run of median total, and the machine's limit is timed just before and after (a cloud
+machine's rate moves). Beside it, the full-scale figures the study holds:
 the median training seconds of each model's collected runs and, for runs collected with timing
 files, their evaluate stage. Run it on an idle machine: a second busy process changes everything.
 
@@ -40,20 +42,35 @@ REPO = Path(__file__).resolve().parents[1]
 
 EVALUATE_PARTS = ("stateful pass", "reset curve", "context curve", "n-gram floor", "text statistics", "first epoch")
 
+LIMIT_SIZE, LIMIT_REPEATS = 4096, 5
+"""The machine's limit beside the quick runs: the faster library's 4096² float32 product, median of 5
+(`timing.measure_limit`, as speed.py times it). A cloud machine's rate moves from hour to hour, so a
+quick run's seconds are read beside the rate the machine had while it ran."""
 
-def quick_runs(models: list[str], corpus: Path, steps_scale: float, log) -> list[dict[str, object]]:
-    """Each model through the stages at `steps_scale`; per model each stage's seconds and parts."""
+
+def limit_gflops(device: torch.device, size: int = LIMIT_SIZE) -> float:
+    """The machine's limit now, GFLOP/s."""
+    return max(timing.measure_limit(size, LIMIT_REPEATS, device).rates.values())
+
+
+def quick_runs(models: list[str], corpus: Path, steps_scale: float, log, runs: int = 1) -> list[dict[str, object]]:
+    """Each model through the stages at `steps_scale`, `runs` times in a row; per model the run of median
+    total (each stage's seconds and parts), with every run's total beside it."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = scratch_copy(Path(tmp))
         for model in models:
-            result = run_stages(model, corpus, work, log, steps_scale)
-            timings = {stage: json.loads((work / f"reports/timing/{stage}.json").read_text())
-                       for stage in ("train", "generate", "evaluate")}
-            stages = result["stage_seconds"]
-            run_s = sum(stages[s] for s in ("cell", "train", "generate", "evaluate", "report"))  # data stages done once
-            rows.append({"model": model, "wall_s": run_s, "stage_s": stages, "timing": timings})
-            print(f"  {model}: {rows[-1]['wall_s']:.0f} s", flush=True)
+            tries = []
+            for _ in range(runs):
+                result = run_stages(model, corpus, work, log, steps_scale)
+                timings = {stage: json.loads((work / f"reports/timing/{stage}.json").read_text())
+                           for stage in ("train", "generate", "evaluate")}
+                stages = result["stage_seconds"]
+                run_s = sum(stages[s] for s in ("cell", "train", "generate", "evaluate", "report"))  # data stages done once
+                tries.append({"model": model, "wall_s": run_s, "stage_s": stages, "timing": timings})
+                print(f"  {model}: {run_s:.0f} s", flush=True)
+            median = sorted(tries, key=lambda row: row["wall_s"])[(len(tries) - 1) // 2]  # the lower of two
+            rows.append({**median, "runs_s": [row["wall_s"] for row in tries]})
     return rows
 
 
@@ -122,6 +139,13 @@ def markdown(report: dict[str, object]) -> str:
              "and evaluate's parts from the stage's own timing file.", "",
              *table_head(["model", "total", "train", "of which validation", "generate", "evaluate",
                           *EVALUATE_PARTS], "l" + "r" * (5 + len(EVALUATE_PARTS)))]
+    if "limit_gflops" in report:
+        before, after = report["limit_gflops"]
+        lines[6:6] = [f"The machine's limit (the faster library's 4096² float32 product, median of {LIMIT_REPEATS}) "
+                      f"was {before:.1f} GFLOP/s just before the runs and {after:.1f} just after.", ""]
+    if any(len(row.get("runs_s", [])) > 1 for row in report["quick"]):
+        lines[6:6] = ["Each model's run of median total is shown; every run's total: " + "; ".join(
+            f"{row['model']} " + ", ".join(f"{t:.0f}" for t in row["runs_s"]) for row in report["quick"]) + " s.", ""]
     for row in report["quick"]:
         stage, parts = row["stage_s"], row["timing"]["evaluate"]["parts"]
         validation = row["timing"]["train"]["parts"].get("per-epoch validation", {}).get("wall_s", 0.0)
@@ -147,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="time the evaluate stage at full scale, per part, of each model trained one step")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--runs", type=int, default=1, help="quick runs of each model, in a row (the median is shown)")
+    parser.add_argument("--limit-size", type=int, default=LIMIT_SIZE,
+                        help="the square product that times the machine's limit beside the quick runs")
     parser.add_argument("--log", type=Path, default=Path("/tmp/stage_times.log"), help="the stages' output")
     args = parser.parse_args(argv)
     if not args.corpus.is_file():
@@ -166,8 +193,10 @@ def main(argv: list[str] | None = None) -> None:
             report = {"machine": machine, "full_evaluation": full_evaluations(
                 models, args.corpus.resolve(), log, each=lambda rows: write({"machine": machine, "full_evaluation": rows}))}
         else:
-            report = {"machine": machine, "steps_scale": args.steps_scale,
-                      "quick": quick_runs(models, args.corpus.resolve(), args.steps_scale, log),
+            before = limit_gflops(device, args.limit_size)
+            quick = quick_runs(models, args.corpus.resolve(), args.steps_scale, log, args.runs)
+            report = {"machine": machine, "steps_scale": args.steps_scale, "quick": quick,
+                      "limit_gflops": [before, limit_gflops(device, args.limit_size)],
                       "full": full_scale(REPO / "reports/study", models)}
     print(write(report))
 

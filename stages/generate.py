@@ -3,7 +3,7 @@
 Usage: python stages/generate.py CHECKPOINT GENERATIONS_JSON TIMING_JSON
 For every prompt of params `generate.prompts`, every strategy (greedy, temperature, top-k, top-p)
 and both modes, writes the samples to GENERATIONS_JSON (the `report` stage renders them), and where
-its time went to TIMING_JSON.
+its time went to TIMING_JSON. A quick run's samples are shorter, in proportion (`rnnlm.scale`).
 """
 
 
@@ -14,6 +14,7 @@ from rnnlm.compute.device import device_for
 from rnnlm.command_line import command_args, run_main
 from rnnlm.params import load_params
 from rnnlm.inference.generation import run_generations
+from rnnlm.scale import generate_settings
 from rnnlm.stage_clock import StageClock
 
 
@@ -24,7 +25,8 @@ def main() -> None:
     params = load_params()
     checkpoint = load_checkpoint(checkpoint_path, model_name=params.model)
     with clock.part("sampling"):
-        run = run_generations(checkpoint, checkpoint_path, params.generate, params.seed, device_for(params.train))
+        settings = generate_settings(params.generate, params.train.steps_scale)
+        run = run_generations(checkpoint, checkpoint_path, settings, params.seed, device_for(params.train))
     write_text_atomic(json_path, run.to_json())
     clock.write(timing)
     print(f"wrote {json_path}: {len(run.samples)} samples of {run.model}")

@@ -453,6 +453,17 @@ def test_the_stage_times_table_names_every_stage_and_part():
     assert "on an Intel Xeon" in text and "(train.steps_scale 0.01)" in text
     assert "| leviathan | 151 | 104.8 | 10.7 | 11.2 | 35.2 | 0.5 | 0.5 | 0.5 | 0.5 | 0.5 | 0.5 |" in text
     assert "| leviathan | 4 | 208 | — | NVIDIA H200 |" in text
+    assert "limit" not in text  # a report written before the limit was timed beside the runs
+    timed = stage_times.markdown({"machine": "an Intel Xeon", "steps_scale": 0.01, "quick": [row], "full": full,
+                                  "limit_gflops": [134.06, 140.0]})
+    lines = timed.splitlines()
+    assert lines[6] == ("The machine's limit (the faster library's 4096² float32 product, median of 5) was 134.1 "
+                        "GFLOP/s just before the runs and 140.0 just after.")
+    assert timed.replace(lines[6] + "\n\n", "") == text
+    assert stage_times.limit_gflops(torch.device("cpu"), size=64) > 0
+    three = stage_times.markdown({"machine": "a CPU", "steps_scale": 0.01, "quick": [{**row, "runs_s": [174.2, 151.0, 140.4]}],
+                                  "full": full})
+    assert "every run's total: leviathan 174, 151, 140 s." in three and "| leviathan | 151 | 104.8 |" in three
 
 
 def test_a_full_evaluation_is_timed_on_a_model_trained_one_step():

@@ -11,6 +11,8 @@ import yaml
 import torch
 
 from rnnlm.evaluation.blocks import read_blocks
+from rnnlm.params import parse_params
+from rnnlm.scale import generate_settings
 from tests.conftest import copy_repo, make_dvc_repo, run, small_tokenizer, synthetic_play, tiny_models
 
 
@@ -259,6 +261,11 @@ def test_exp_run_selects_a_model_and_exp_show_lists_it(train_repo):
     run(["git", "commit", "-qm", "back on astra_alpha", "--allow-empty"], train_repo)
     run(["dvc", "exp", "run", "-S", "model=scribe_alpha", "-S", "train.steps_scale=0.5"], train_repo)
     assert _metrics(train_repo)["model"] == "scribe_alpha" and _metrics(train_repo)["steps"] == 4
+    sampling = parse_params(yaml.safe_load((train_repo / "params.yaml").read_text())).generate
+    full, quick = sampling.max_new_tokens, generate_settings(sampling, 0.5).max_new_tokens
+    generations = json.loads((train_repo / "reports/generations.json").read_text())  # a quick run's: shorter
+    assert generations["settings"]["max_new_tokens"] == quick < full
+    assert {sample["new_tokens"] for sample in generations["samples"]} == {quick}
     shown = json.loads(run(["dvc", "exp", "show", "--json"], train_repo).stdout)
     experiments = [rev["data"] for record in shown for exp in (record.get("experiments") or []) for rev in exp["revs"]]
     assert len(experiments) == 1

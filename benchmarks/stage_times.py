@@ -66,7 +66,8 @@ def quick_runs(models: list[str], corpus: Path, steps_scale: float, log, runs: i
                 timings = {stage: json.loads((work / f"reports/timing/{stage}.json").read_text())
                            for stage in ("train", "generate", "evaluate")}
                 stages = result["stage_seconds"]
-                run_s = sum(stages[s] for s in ("cell", "train", "generate", "evaluate", "report"))  # data stages done once
+                # the data stages ran once, before the first run
+                run_s = sum(stages[s] for s in ("cell", "train", "generate", "evaluate", "report"))
                 tries.append({"model": model, "wall_s": run_s, "stage_s": stages, "timing": timings})
                 print(f"  {model}: {run_s:.0f} s", flush=True)
             median = sorted(tries, key=lambda row: row["wall_s"])[(len(tries) - 1) // 2]  # the lower of two

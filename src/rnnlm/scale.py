@@ -18,9 +18,10 @@ is unchanged. Below it, with s = steps_scale:
   are left out too, as for any short text;
 - each sample is s of `generate.max_new_tokens` long, never shorter than `MIN_NEW_TOKENS`.
 
-So a quick run's every measure does about s of its full-scale work, as its training does. A quick run (`dvc exp run -S train.steps_scale=0.01`) is a smoke test of the whole pipeline at the
-cost of its training, not a measurement: its figures come from a fraction of the validation text, it
-is collected apart (reports/study/quick/) and never enters the study.
+So every part of a quick run does about s of its full-scale work, as its training does. A quick run
+(`dvc exp run -S train.steps_scale=0.01`) is a smoke test of the whole pipeline at the cost of its
+training, not a measurement: its figures come from a fraction of the validation text, it is
+collected apart (reports/study/quick/) and never enters the study.
 """
 
 from __future__ import annotations

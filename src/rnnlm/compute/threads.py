@@ -21,11 +21,10 @@ every batch x sequence row (`benchmarks/thread_bits.py`), unless it runs in its 
 `rnnlm.compute.backend.strict_mkl()` asks for there before MKL's first call. So a run hands the share
 a probe (`check_with`): one training step's gradients of the real model and batch shape. The first
 time `refresh()` would change the run's count, it computes them at one thread and at every core:
-where they differ in any bit, the run keeps its count for its whole life and says so. A run that is
-alone on its machine never changes its count and never pays for the probe (for Leviathan a forward
-and backward pass at each count: a tenth of a quick run). A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm_study
-run --jobs N` sets it for its workers), is kept too; such a process still joins, so that the others
-leave it its share.
+where they differ in any bit, the run keeps its count for its whole life and says so. A run alone
+on its machine never changes its count, so it never pays for the probe (a forward and backward pass
+at each count). A count set by hand, `OMP_NUM_THREADS` (as `python -m rnnlm_study run --jobs N` sets
+it for its workers), is kept too; such a process still joins, so that the others leave it its share.
 """
 
 from __future__ import annotations
@@ -185,8 +184,8 @@ class CoreShare:
 
     def join(self, adjust: bool = True) -> int:
         """Leave this process's file and (with `adjust`, once a probe is handed over: `check_with`) take
-        its share of the cores; returns the threads it computes on. A process whose results depend on its thread
-        count joins with `adjust=False`: the others still leave it its share."""
+        its share of the cores; returns the threads it computes on. A process whose results depend on
+        its thread count joins with `adjust=False`: the others still leave it its share."""
         if not adjust:
             self.fixed, self.why_fixed = True, "its results may depend on the thread count"
         self.folder = self.folder or share_folder()
@@ -268,7 +267,8 @@ class CoreShare:
 
 def at_one_and_every(compute: Callable[[], Sequence[torch.Tensor]], cores: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """`compute()`'s tensors at one thread and at `cores` threads, as detached copies; the process's
-    thread count is left as it was. What `CoreShare.verify` compares, and `benchmarks/thread_bits.py` per product."""
+    thread count is left as it was. What `CoreShare.verify` compares, and `benchmarks/thread_bits.py`
+    per product."""
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

@@ -142,8 +142,8 @@ def share_cores(run: RunSettings, parts: Parts) -> None:
 
 def probe_gradients(model: torch.nn.Module, batch_size: int, seq_len: int, vocab: int) -> list[Tensor]:
     """One step's gradients on a copy of `model` (no dropout) for a fixed random batch of the run's
-    shape (batch_size, seq_len): what the core share's probe computes at two thread counts. The model, its
-    gradients and the random generators are left as they were."""
+    shape (batch_size, seq_len): what the core share's probe computes at two thread counts. The model,
+    its gradients and the random generators are left as they were."""
     probe = copy.deepcopy(model).eval()
     tokens = torch.randint(vocab, (batch_size, seq_len + 1), generator=torch.Generator().manual_seed(0))
     logits, _ = probe(tokens[:, :-1])  # (B, T, V)

@@ -3,6 +3,7 @@ refuses before queuing anything."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -40,6 +41,26 @@ def test_run_queues_each_model_and_seed_not_held_yet(repo):
         "dvc", "exp", "run", "--queue", "-n", "beta-seed1337", "-S", "model=beta", "-S", "seed=1337", "-S",
         "train.steps_scale=1"]
     assert study_queue.experiment_name("beta", 2, 0.01) == "beta-seed2-scale0.01"
+
+
+def _collected(repo: Path, model: str, seed: int, val_tokens: int) -> None:
+    """A collected SentencePiece run's folder, as far as the piece counts read it."""
+    folder = repo / "reports/study" / model / f"seed-{seed}"
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"tokens": "sentencepiece", "val_tokens": val_tokens}))
+
+
+def test_a_collected_run_of_another_tokenizer_is_not_held_so_run_trains_it_again(repo):
+    """The claims leave out a SentencePiece run cut into another number of validation pieces, so the
+    study does not hold it: `run --seed-list 1 2` queues it (its retraining), the usual ones stay held."""
+    for seed, pieces in ((1, 49939), (2, 49939), (5, 49634), (6, 49634), (7, 49634)):
+        _collected(repo, "scribe_gamma", seed, pieces)
+    held = study_queue.held_runs(repo, repo / "reports/study", 1.0)
+    assert {(m, s) for m, s in held if m == "scribe_gamma"} == {("scribe_gamma", 5), ("scribe_gamma", 6),
+                                                                 ("scribe_gamma", 7)}
+    assert study_queue.plan(["scribe_gamma"], [1, 2, 5], held, set(), 1.0) == [("scribe_gamma", 1),
+                                                                               ("scribe_gamma", 2)]
+    assert ("scribe_gamma", 1) not in study_queue.held_runs(repo, repo / "reports/study", 0.5)  # quick: never
 
 
 def _state(*tasks: tuple[str, str, bool], workers: int = 0, stopped: int = 0) -> QueueState:

@@ -179,6 +179,30 @@ def test_queued_runs_show_their_place_in_line_in_the_queues_order_not_by_name(re
         "queued (DVC queue, 1 of 3 in line)"]
 
 
+def test_a_collected_run_of_another_tokenizer_reads_left_out_until_its_retraining_shows(repo, tmp_path,
+                                                                                          monkeypatch):
+    """A SentencePiece run whose folder another tokenizer cut into another number of validation pieces
+    is not "collected" (the claims leave it out): its line says so and how to retrain it, and once it
+    trains again its line is that run's."""
+    for seed, pieces in ((1, 49939), (5, 49634), (6, 49634)):
+        folder = repo / "reports/study/scribe_gamma" / f"seed-{seed}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({"tokens": "sentencepiece", "val_tokens": pieces}))
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([], 0))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["scribe_gamma"], [1, 5], 1.0)
+    assert [line.split("  ")[-1] for line in lines[1:]] == [
+        "collected, left out of the claims: another tokenizer (49,939 validation pieces against 49,634); "
+        "`run` trains it again, `collect` replaces it", "collected"]
+    resume = tmp_path / "resume"
+    saved = _save(resume, "scribe_gamma", 1, 4)
+    monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState(
+        [Task("a" * 40, "scribe_gamma-seed1", "Running", alive=False)], 0))
+    lines = study_status.status_lines(repo, repo / "reports/study", ["scribe_gamma"], [1], 1.0, resume_dir=resume)
+    assert lines[1].endswith("cut off: DVC's queue lists it running, but its process is gone (its session ended); "
+                             f"reached 4/20 epochs done, last on AMD EPYC, resume file {saved}, saved just now")
+    assert lines[-1].endswith("python -m rnnlm_study run --models scribe_gamma --seed-list 1")
+
+
 def _one_stage_dvc_repo(repo: Path, command: str) -> None:
     """Make the git repository `repo` a committed DVC repository of one stage running `command`,
     which reads the param `seed` (1 in params.yaml), so that experiments can be queued in it."""

@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 from rnnlm_study.campaign.archive import ARCHIVE_MADE_BY, read_archive
 from rnnlm_study.campaign.experiments import CollectError, CommitFiles, Run, find_runs, newest
-from rnnlm_study.folders import FOLDER, REQUIRED, StudyFolderError, folder_seed, load_run
-from rnnlm_study.piece_counts import other_tokenizer_runs
+from rnnlm_study.folders import FOLDER, REQUIRED, StudyFolderError, load_run
+from rnnlm_study.piece_counts import other_tokenizer_folders
 from rnnlm_study.registration import Registration, registrations
 from rnnlm_study.registration_git import code_record, sealed_registrations
 from rnnlm_study.study_run import provenance_date
@@ -265,20 +265,9 @@ def _collect_run(repo: Path, files: CommitFiles, out: Path, run: Run, registered
 def tokenizer_notes(out: Path) -> dict[str, str]:
     """Per SentencePiece run under `out` tokenized by another SentencePiece than most
     (`rnnlm_study.piece_counts`: the report leaves it out of the claims), its label ("scribe_gamma
-    seed 1") -> the line `collect` says of it. Folders not named seed-<seed>, or whose metrics.json
-    does not parse, are skipped."""
-    pieces: dict[str, int] = {}
-    for path in sorted(out.glob("*/seed-*/metrics.json")):
-        try:
-            metrics = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        seed = folder_seed(path.parent)
-        if seed is not None and isinstance(metrics, dict) and metrics.get("tokens") == "sentencepiece" and \
-                isinstance(metrics.get("val_tokens"), int):
-            pieces[f"{path.parent.parent.name} seed {seed}"] = metrics["val_tokens"]
-    return {label: f"{label}: {why}: marked and left out of the study's claims"
-            for label, why in other_tokenizer_runs(pieces).items()}
+    seed 1") -> the line `collect` says of it."""
+    return {f"{model} seed {seed}": f"{model} seed {seed}: {why}: marked and left out of the study's claims"
+            for (model, seed), why in other_tokenizer_folders(out).items()}
 
 
 def _label(run: Run) -> str:

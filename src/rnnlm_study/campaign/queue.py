@@ -3,7 +3,9 @@
 A model's seeds are params.yaml's pinned `seed` first, then 1, 2, 3, ...: `--seeds 5` asks for
 five. `run` queues one experiment per (model, seed) the study does not hold yet (not collected in
 `reports/study/<model>/seed-<seed>/`, not finished as an experiment under refs/exps/, not already
-queued or running):
+queued or running). A collected SentencePiece run that another tokenizer cut into another number of
+validation pieces (`rnnlm_study.piece_counts`) is not held: the claims leave it out, so `run` trains
+it again, and `collect` replaces its folder with the newer run:
 
     dvc exp run --queue -n <model>-seed<seed> -S model=<model> -S seed=<seed> -S train.steps_scale=<s>
 
@@ -34,6 +36,7 @@ from rnnlm_study.campaign import dvc_queue
 from rnnlm_study.campaign.dvc_queue import QueueState
 from rnnlm_study.campaign.experiments import find_runs
 from rnnlm_study.folders import folder_seed, subfolders
+from rnnlm_study.piece_counts import other_tokenizer_folders
 
 
 class StudyError(RnnlmError):
@@ -84,11 +87,13 @@ def _after_an_idle_worker_exits(state: QueueState) -> QueueState:
 
 
 def held_runs(repo: Path, study_dir: Path, steps_scale: float) -> set[tuple[str, int]]:
-    """The (model, seed) runs at `steps_scale` that are collected (full scale) or finished."""
+    """The (model, seed) runs at `steps_scale` that are finished, or collected (full scale) with the
+    usual tokenizer."""
     held = {(run.model, run.seed) for run in find_runs(repo) if run.steps_scale == steps_scale}
     if steps_scale == 1.0:
+        left_out = other_tokenizer_folders(study_dir)
         held |= {(model.name, seed) for model in subfolders(study_dir)
-                 for seed in map(folder_seed, subfolders(model)) if seed is not None}
+                 for seed in map(folder_seed, subfolders(model)) if seed is not None} - left_out.keys()
     return held
 
 

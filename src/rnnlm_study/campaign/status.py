@@ -3,7 +3,9 @@
 In:  the models and seeds asked for, and what this repository knows: the study folders, the
      experiments under refs/exps/, DVC's local queue, the states the Slurm tasks wrote, and the
      resume files of runs that were cut off.
-Out: one line per (model, seed): collected; finished, not collected (an experiment here); pushed to
+Out: one line per (model, seed): collected; collected with another tokenizer, left out of the claims
+     (`rnnlm_study.piece_counts`: `run` trains it again; a retraining shows as any other run does);
+     finished, not collected (an experiment here); pushed to
      the git remote from this commit, not pulled; queued (in DVC's queue with its place in line, or
      a Slurm task), running (with the command that prints its log), failed or cancelled; cut off
      (listed running in DVC's queue, its process gone: the session that ran it ended); interrupted
@@ -35,6 +37,7 @@ from rnnlm_study.campaign import dvc_queue
 from rnnlm_study.campaign.dvc_queue import QueueState, Task
 from rnnlm_study.campaign.experiments import find_runs
 from rnnlm_study.folders import seed_folder_name
+from rnnlm_study.piece_counts import other_tokenizer_folders
 from rnnlm_study.campaign.queue import StudyError, experiment_name
 from rnnlm_study.campaign.slurm import pushed_names, slurm_states
 from rnnlm.training.resume import RESUME_ENV, ResumeHeader, list_resume_files
@@ -162,6 +165,7 @@ class _Known:
     (model, seed) that `status_lines` lists."""
 
     study_dir: Path
+    left_out: dict[tuple[str, int], str]  # collected runs of another tokenizer, each with why
     steps_scale: float
     remote: str
     finished: set[tuple[str, int]]  # experiments here
@@ -195,7 +199,8 @@ def _run_state(known: _Known, model: str, seed: int) -> _RunState:
     """The state of (model, seed), as the module docstring lists them; a run not collected or finished
     also shows its live figures or, failing those, how far its resume file got."""
     name = experiment_name(model, seed, known.steps_scale)
-    if known.steps_scale == 1.0 and (known.study_dir / model / seed_folder_name(seed)).is_dir():
+    left_out = known.left_out.get((model, seed))
+    if known.steps_scale == 1.0 and (known.study_dir / model / seed_folder_name(seed)).is_dir() and left_out is None:
         return _RunState("collected")
     if (model, seed) in known.finished:
         return _RunState(f"finished, not collected (experiment {name})")
@@ -221,6 +226,8 @@ def _run_state(known: _Known, model: str, seed: int) -> _RunState:
         text = f"{kind} (Slurm task {when.split()[-1]}, {when.split()[0]})"
     elif header is not None:
         text, interrupted = "interrupted", True
+    elif left_out is not None:
+        text = f"collected, left out of the claims: {left_out}; `run` trains it again, `collect` replaces it"
     else:
         text = "missing"
     live = known.live.get((model, seed, known.steps_scale))
@@ -238,7 +245,8 @@ def status_lines(repo: Path, study_dir: Path, models: Sequence[str], seeds: Sequ
     failed with a resume file left (killed), and what to do when queued runs have no worker to take
     them."""
     local = _local_queue(repo)
-    known = _Known(study_dir, steps_scale, remote,
+    left_out = other_tokenizer_folders(study_dir) if steps_scale == 1.0 else {}
+    known = _Known(study_dir, left_out, steps_scale, remote,
                    {(r.model, r.seed) for r in find_runs(repo) if r.steps_scale == steps_scale}, local,
                    _pushed(repo, remote), slurm_states(repo), _resume_files(resume_dir, steps_scale), _live(repo))
     width = max([len("model"), *map(len, models)])

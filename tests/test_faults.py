@@ -42,7 +42,13 @@ STAGES = {  # stage -> its command line after `python stages/<stage>.py`, and th
 }
 
 
-def _train_longer(root: Path, epochs: int = 40) -> None:
+LONG = 4000
+"""Epochs of a run the tests below stop in the middle. The tiny run's epochs take a fraction of a
+second each, so a run of 40 could end before a test on a busy machine has read its second epoch's
+line and sent the signal (it did once, under a suite beside a full-scale training)."""
+
+
+def _train_longer(root: Path, epochs: int = LONG) -> None:
     """astra_alpha in the folder's params.yaml set to `epochs` epochs: long enough to be stopped in the middle."""
     params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
     params["models"]["astra_alpha"]["epochs"] = epochs
@@ -213,7 +219,7 @@ def test_sigterm_and_ctrl_c_keep_the_last_epoch_and_say_so_in_one_line(pipeline,
     process = subprocess.Popen(_command("train"), cwd=root, env=_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    _wait_for_line(process, "epoch 02/40")  # printed once epoch 2 is saved
+    _wait_for_line(process, f"epoch 02/{LONG}")  # printed once epoch 2 is saved
     process.send_signal(how)
     _, err = process.communicate(timeout=120)
     assert process.returncode == code
@@ -235,20 +241,20 @@ def test_ctrl_c_in_dvc_repro_loses_the_stages_earlier_outputs_and_dvc_checkout_b
                                                   "reports/metrics.json", "reports/generations.md")}
     params = root / "params.yaml"
     original = params.read_text()
-    _train_longer(root, epochs=400)
+    _train_longer(root)
     def as_in_a_terminal() -> None:  # its own process group, SIGINT as a terminal delivers it
         os.setpgrp()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     repro = subprocess.Popen(["dvc", "repro"], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, preexec_fn=as_in_a_terminal)
-    _wait_for_line(repro, "epoch 02/400")
+    _wait_for_line(repro, f"epoch 02/{LONG}")
     os.killpg(repro.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group: DVC and its stage
     repro.communicate(timeout=120)
     assert repro.returncode != 0
     assert not (root / "models/model.pt").exists()
     live = json.loads((root / "reports/train/metrics.json").read_text())  # the figures so far, marked
-    assert live["finished"] is False and live["epochs"] >= 1 and live["epochs_planned"] == 400
+    assert live["finished"] is False and live["epochs"] >= 1 and live["epochs_planned"] == LONG
     assert (root / "reports/metrics.json").read_bytes() == kept["reports/metrics.json"]  # later stages: untouched
     params.write_text(original)
     assert subprocess.run(["dvc", "checkout", "train"], cwd=root, env=env, capture_output=True).returncode == 0
@@ -279,14 +285,14 @@ def test_the_train_stage_reads_its_resume_folder_from_the_environment(pipeline, 
     elsewhere = tmp_path / "resume-files"
     process = subprocess.Popen(_command("train"), cwd=root, env={**_env(), "RNNLM_RESUME_DIR": str(elsewhere)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for_line(process, "epoch 01/40")
+    _wait_for_line(process, f"epoch 01/{LONG}")
     process.kill()
     process.wait(timeout=60)
     (resume,) = elsewhere.iterdir()
     assert read_header(resume)["model"] == "astra_alpha" and not list((root / ".resume").iterdir())
     monkeypatch.setenv("RNNLM_RESUME_DIR", str(elsewhere))
     listed = in_process(["-m", "rnnlm_study", "resume-files"], root)
-    assert "astra_alpha" in listed.stdout and "1/40 epochs done" in listed.stdout and resume.name in listed.stdout
+    assert "astra_alpha" in listed.stdout and f"1/{LONG} epochs done" in listed.stdout and resume.name in listed.stdout
     monkeypatch.delenv("RNNLM_RESUME_DIR")
     pruned = in_process(["-m", "rnnlm_study", "resume-files", "--dir", elsewhere, "--prune-older-than", "0"], root)
     assert "(removed)" in pruned.stdout and not resume.exists()

@@ -82,6 +82,14 @@ def write_run(repo: Path, model: str, scale: float, stateful: float, seed: int =
         (repo / f"reports/timing/{stage}.json").write_text(json.dumps({"stage": stage, "wall_s": 1.0, "cpu_s": 1.5}))
 
 
+def collected_pieces(repo: Path, model: str, seed: int, val_tokens: int) -> None:
+    """A collected SentencePiece run's folder under reports/study, as far as the piece counts read it
+    (`rnnlm_study.piece_counts`): its metrics' `tokens` and `val_tokens`."""
+    folder = repo / "reports/study" / model / f"seed-{seed}"
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"tokens": "sentencepiece", "val_tokens": val_tokens}))
+
+
 def commit(repo: Path, message: str, date: str) -> str:
     env = {"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date, "HOME": str(repo), "PATH": "/usr/bin:/bin"}
     git(repo, "add", "-A")

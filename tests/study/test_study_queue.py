@@ -3,7 +3,6 @@ refuses before queuing anything."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from rnnlm_study import cli as study_command
 from rnnlm_study.campaign import queue as study_queue
 from rnnlm_study.campaign.dvc_queue import QueueState, Task
 from tests.conftest import REPO_ROOT
-from tests.study.study_repo import experiment, new_repo
+from tests.study.study_repo import collected_pieces, experiment, new_repo
 
 
 @pytest.fixture
@@ -43,18 +42,11 @@ def test_run_queues_each_model_and_seed_not_held_yet(repo):
     assert study_queue.experiment_name("beta", 2, 0.01) == "beta-seed2-scale0.01"
 
 
-def _collected(repo: Path, model: str, seed: int, val_tokens: int) -> None:
-    """A collected SentencePiece run's folder, as far as the piece counts read it."""
-    folder = repo / "reports/study" / model / f"seed-{seed}"
-    folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text(json.dumps({"tokens": "sentencepiece", "val_tokens": val_tokens}))
-
-
 def test_a_collected_run_of_another_tokenizer_is_not_held_so_run_trains_it_again(repo):
     """The claims leave out a SentencePiece run cut into another number of validation pieces, so the
     study does not hold it: `run --seed-list 1 2` queues it (its retraining), the usual ones stay held."""
     for seed, pieces in ((1, 49939), (2, 49939), (5, 49634), (6, 49634), (7, 49634)):
-        _collected(repo, "scribe_gamma", seed, pieces)
+        collected_pieces(repo, "scribe_gamma", seed, pieces)
     held = study_queue.held_runs(repo, repo / "reports/study", 1.0)
     assert {(m, s) for m, s in held if m == "scribe_gamma"} == {("scribe_gamma", 5), ("scribe_gamma", 6),
                                                                  ("scribe_gamma", 7)}

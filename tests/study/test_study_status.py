@@ -19,6 +19,7 @@ from rnnlm_study.campaign import status as study_status
 from rnnlm_study.campaign.dvc_queue import QueueState, Task
 from rnnlm.training.resume import ResumeStore
 from tests.conftest import REPO_ROOT
+from tests.study.study_repo import collected_pieces
 
 
 @pytest.fixture
@@ -185,9 +186,7 @@ def test_a_collected_run_of_another_tokenizer_reads_left_out_until_its_retrainin
     is not "collected" (the claims leave it out): its line says so and how to retrain it, and once it
     trains again its line is that run's."""
     for seed, pieces in ((1, 49939), (5, 49634), (6, 49634)):
-        folder = repo / "reports/study/scribe_gamma" / f"seed-{seed}"
-        folder.mkdir(parents=True)
-        (folder / "metrics.json").write_text(json.dumps({"tokens": "sentencepiece", "val_tokens": pieces}))
+        collected_pieces(repo, "scribe_gamma", seed, pieces)
     monkeypatch.setattr(study_status, "_local_queue", lambda repo: QueueState([], 0))
     lines = study_status.status_lines(repo, repo / "reports/study", ["scribe_gamma"], [1, 5], 1.0)
     assert [line.split("  ")[-1] for line in lines[1:]] == [

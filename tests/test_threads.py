@@ -264,8 +264,6 @@ def test_a_new_process_keeps_its_bits_at_one_and_two_threads_under_every_choice_
 def test_every_process_of_the_machine_finds_one_share_whatever_its_tmpdir(tmp_path, monkeypatch):
     """A Slurm job, another user or a shell with its own TMPDIR: the share is the machine's, so each
     sees the others (with TMPDIR's folder, a run beside one such neighbour kept 5% of its speed)."""
-    import os
-
     monkeypatch.delenv(threads.FOLDER_ENV, raising=False)
     folders = set()
     for tmpdir in (tmp_path / "a", tmp_path / "b"):

@@ -35,7 +35,7 @@ import pandas as pd
 from rnnlm.atomic import AtomicFiles
 from rnnlm.errors import RnnlmError
 from rnnlm.params import load_params
-from rnnlm.reporting.markdown import table_head, table_row
+from rnnlm.reporting.markdown import table_head
 from rnnlm_study.judging.evidence import Evidence, TextSampling
 from rnnlm_study.judging.figure import write_figure
 from rnnlm_study.judging.findings import Pass, check_claims, confirmatory, exploratory, findings_record, later
